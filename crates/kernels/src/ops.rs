@@ -1,0 +1,150 @@
+//! Elementwise and row-wise kernels of a Llama block: RMSNorm, RoPE,
+//! softmax, SiLU-gated products. Scalar references; f32 in and out.
+
+/// RMSNorm of one row: `out = x / sqrt(mean(x^2) + eps) * weight`.
+/// The sum of squares accumulates in f64, as ggml does.
+pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+    debug_assert_eq!(x.len(), weight.len());
+    let sum: f64 = x.iter().map(|&v| v as f64 * v as f64).sum();
+    let mean = (sum / x.len() as f64) as f32;
+    let scale = 1.0 / (mean + eps).sqrt();
+    for ((o, &v), &w) in out.iter_mut().zip(x).zip(weight) {
+        *o = v * scale * w;
+    }
+}
+
+/// How RoPE pairs the dimensions of a head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// Adjacent pairs (2i, 2i+1): GGUF `llama` tensors (permuted at conversion).
+    Normal,
+    /// Split halves (i, i + d/2): Hugging Face layout, and GGUF `qwen2`.
+    Neox,
+}
+
+/// Precomputed inverse frequencies of RoPE for one head dimension.
+#[derive(Debug, Clone)]
+pub struct Rope {
+    pub style: RopeStyle,
+    /// One entry per rotated pair: the angle per position.
+    inv_freq: Vec<f32>,
+}
+
+impl Rope {
+    /// `freq_scale` is 1/factor for linear scaling; `freq_factors` (llama3
+    /// scaling, one per pair) divide the angle as in ggml's `rope_freqs`.
+    pub fn new(style: RopeStyle, head_dim: usize, base: f32, freq_scale: f32, freq_factors: Option<&[f32]>) -> Self {
+        let pairs = head_dim / 2;
+        // ggml: theta_scale = powf(base, -2/n_dims), theta_i = pos * theta_scale^i.
+        let theta_scale = base.powf(-2.0 / head_dim as f32);
+        let mut inv_freq = Vec::with_capacity(pairs);
+        let mut t = 1.0f32;
+        for i in 0..pairs {
+            let ff = freq_factors.and_then(|f| f.get(i)).copied().unwrap_or(1.0);
+            inv_freq.push(t / ff * freq_scale);
+            t *= theta_scale;
+        }
+        Rope { style, inv_freq }
+    }
+
+    /// Rotates each head of `x` (`n_heads * head_dim`) in place for position `pos`.
+    pub fn apply(&self, x: &mut [f32], head_dim: usize, pos: usize) {
+        let pairs = head_dim / 2;
+        for head in x.chunks_exact_mut(head_dim) {
+            for i in 0..pairs {
+                let theta = pos as f32 * self.inv_freq[i];
+                let (sin, cos) = theta.sin_cos();
+                let (a, b) = match self.style {
+                    RopeStyle::Normal => (2 * i, 2 * i + 1),
+                    RopeStyle::Neox => (i, i + pairs),
+                };
+                let (x0, x1) = (head[a], head[b]);
+                head[a] = x0 * cos - x1 * sin;
+                head[b] = x0 * sin + x1 * cos;
+            }
+        }
+    }
+}
+
+/// In-place softmax of one row, max-subtracted; sums in f64 for stability.
+pub fn softmax(x: &mut [f32]) {
+    let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    let mut sum = 0.0f64;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v as f64;
+    }
+    let inv = (1.0 / sum) as f32;
+    for v in x.iter_mut() {
+        *v *= inv;
+    }
+}
+
+/// SwiGLU gate: `gate = silu(gate) * up`, elementwise.
+pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
+    for (g, &u) in gate.iter_mut().zip(up) {
+        *g = *g / (1.0 + (-*g).exp()) * u;
+    }
+}
+
+/// `acc += x`, elementwise.
+pub fn add_assign(acc: &mut [f32], x: &[f32]) {
+    for (a, &v) in acc.iter_mut().zip(x) {
+        *a += v;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rms_norm_of_constant_row_is_weight() {
+        let x = vec![3.0f32; 7];
+        let w: Vec<f32> = (0..7).map(|i| i as f32).collect();
+        let mut out = vec![0.0; 7];
+        rms_norm(&x, &w, 0.0, &mut out);
+        for (o, w) in out.iter().zip(&w) {
+            assert!((o - w).abs() < 1e-6);
+        }
+    }
+
+    #[test]
+    fn rope_preserves_norm_and_is_identity_at_zero() {
+        for style in [RopeStyle::Normal, RopeStyle::Neox] {
+            let rope = Rope::new(style, 8, 10000.0, 1.0, None);
+            let orig: Vec<f32> = (0..16).map(|i| (i as f32 * 0.37).sin()).collect();
+            let mut x = orig.clone();
+            rope.apply(&mut x, 8, 0);
+            assert_eq!(x, orig);
+            rope.apply(&mut x, 8, 17);
+            let n0: f32 = orig.iter().map(|v| v * v).sum();
+            let n1: f32 = x.iter().map(|v| v * v).sum();
+            assert!((n0 - n1).abs() < 1e-4);
+            assert_ne!(x, orig);
+        }
+    }
+
+    #[test]
+    fn rope_relative_position_property() {
+        // <rope(q, m), rope(k, n)> depends only on m - n.
+        let rope = Rope::new(RopeStyle::Neox, 16, 500.0, 1.0, None);
+        let q: Vec<f32> = (0..16).map(|i| (i as f32).cos()).collect();
+        let k: Vec<f32> = (0..16).map(|i| (i as f32 * 1.3).sin()).collect();
+        let dot = |m: usize, n: usize| {
+            let (mut a, mut b) = (q.clone(), k.clone());
+            rope.apply(&mut a, 16, m);
+            rope.apply(&mut b, 16, n);
+            a.iter().zip(&b).map(|(x, y)| x * y).sum::<f32>()
+        };
+        assert!((dot(5, 2) - dot(13, 10)).abs() < 1e-3);
+    }
+
+    #[test]
+    fn softmax_sums_to_one() {
+        let mut x = vec![1.0, 2.0, 3.0, -1000.0, 50.0];
+        softmax(&mut x);
+        assert!((x.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+        assert!(x[4] > 0.99);
+    }
+}

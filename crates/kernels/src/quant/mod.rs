@@ -1,0 +1,231 @@
+//! ggml tensor types: block geometry and the scalar reference
+//! quantize/dequantize routines, bit-exact with ggml's `*_ref` functions.
+//!
+//! A quantized row is a byte slice of whole blocks. Every routine here works
+//! on byte slices (no transmutes), so this module is safe code and serves as
+//! the reference that SIMD kernels are tested against.
+
+mod kquants;
+mod legacy;
+
+use crate::{Error, Result};
+use half::{bf16, f16};
+
+pub use kquants::QK_K;
+
+/// The tensor element types hasten reads. Discriminants are ggml's type ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum GgmlType {
+    F32 = 0,
+    F16 = 1,
+    Q4_0 = 2,
+    Q4_1 = 3,
+    Q5_0 = 6,
+    Q5_1 = 7,
+    Q8_0 = 8,
+    Q4K = 12,
+    Q5K = 13,
+    Q6K = 14,
+    BF16 = 30,
+}
+
+impl GgmlType {
+    /// Every supported type, for tests and help texts.
+    pub const ALL: [GgmlType; 11] = [
+        GgmlType::F32,
+        GgmlType::F16,
+        GgmlType::BF16,
+        GgmlType::Q8_0,
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q4K,
+        GgmlType::Q5K,
+        GgmlType::Q6K,
+    ];
+
+    /// Maps a ggml type id to a supported type.
+    pub fn from_id(id: u32) -> Result<Self> {
+        Self::ALL
+            .iter()
+            .copied()
+            .find(|t| *t as u32 == id)
+            .ok_or(Error::UnsupportedType(id))
+    }
+
+    /// The name ggml and llama.cpp print for this type.
+    pub fn name(self) -> &'static str {
+        match self {
+            GgmlType::F32 => "F32",
+            GgmlType::F16 => "F16",
+            GgmlType::BF16 => "BF16",
+            GgmlType::Q4_0 => "Q4_0",
+            GgmlType::Q4_1 => "Q4_1",
+            GgmlType::Q5_0 => "Q5_0",
+            GgmlType::Q5_1 => "Q5_1",
+            GgmlType::Q8_0 => "Q8_0",
+            GgmlType::Q4K => "Q4_K",
+            GgmlType::Q5K => "Q5_K",
+            GgmlType::Q6K => "Q6_K",
+        }
+    }
+
+    /// Parses a name as printed by [`GgmlType::name`] (case-insensitive).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL
+            .iter()
+            .copied()
+            .find(|t| t.name().eq_ignore_ascii_case(name))
+    }
+
+    /// Elements per block.
+    pub fn block_size(self) -> usize {
+        match self {
+            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 1,
+            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 => 32,
+            GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => QK_K,
+        }
+    }
+
+    /// Bytes per block.
+    pub fn block_bytes(self) -> usize {
+        match self {
+            GgmlType::F32 => 4,
+            GgmlType::F16 | GgmlType::BF16 => 2,
+            GgmlType::Q4_0 => legacy::Q4_0_BYTES,
+            GgmlType::Q4_1 => legacy::Q4_1_BYTES,
+            GgmlType::Q5_0 => legacy::Q5_0_BYTES,
+            GgmlType::Q5_1 => legacy::Q5_1_BYTES,
+            GgmlType::Q8_0 => legacy::Q8_0_BYTES,
+            GgmlType::Q4K => kquants::Q4_K_BYTES,
+            GgmlType::Q5K => kquants::Q5_K_BYTES,
+            GgmlType::Q6K => kquants::Q6_K_BYTES,
+        }
+    }
+
+    /// Bytes taken by `elements` values, or an error if `elements` is not a
+    /// whole number of blocks.
+    pub fn row_bytes(self, elements: usize) -> Result<usize> {
+        let block = self.block_size();
+        if elements % block != 0 {
+            return Err(Error::RowNotBlockMultiple { ty: self.name(), len: elements, block });
+        }
+        Ok(elements / block * self.block_bytes())
+    }
+
+    /// Average bits per weight, including block scales.
+    pub fn bits_per_weight(self) -> f64 {
+        self.block_bytes() as f64 * 8.0 / self.block_size() as f64
+    }
+}
+
+impl std::fmt::Display for GgmlType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+fn check_lengths(ty: GgmlType, elements: usize, bytes: usize) -> Result<()> {
+    let expected = ty.row_bytes(elements)?;
+    if expected != bytes {
+        return Err(Error::ByteLength { ty: ty.name(), elements, expected, got: bytes });
+    }
+    Ok(())
+}
+
+/// Decodes `src` (whole blocks of `ty`) into `dst`, one f32 per element.
+pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<()> {
+    check_lengths(ty, dst.len(), src.len())?;
+    match ty {
+        GgmlType::F32 => {
+            for (d, s) in dst.iter_mut().zip(src.chunks_exact(4)) {
+                *d = f32::from_le_bytes([s[0], s[1], s[2], s[3]]);
+            }
+        }
+        GgmlType::F16 => {
+            for (d, s) in dst.iter_mut().zip(src.chunks_exact(2)) {
+                *d = f16::from_le_bytes([s[0], s[1]]).to_f32();
+            }
+        }
+        GgmlType::BF16 => {
+            for (d, s) in dst.iter_mut().zip(src.chunks_exact(2)) {
+                *d = bf16::from_le_bytes([s[0], s[1]]).to_f32();
+            }
+        }
+        GgmlType::Q4_0 => legacy::dequantize_q4_0(src, dst),
+        GgmlType::Q4_1 => legacy::dequantize_q4_1(src, dst),
+        GgmlType::Q5_0 => legacy::dequantize_q5_0(src, dst),
+        GgmlType::Q5_1 => legacy::dequantize_q5_1(src, dst),
+        GgmlType::Q8_0 => legacy::dequantize_q8_0(src, dst),
+        GgmlType::Q4K => kquants::dequantize_q4_k(src, dst),
+        GgmlType::Q5K => kquants::dequantize_q5_k(src, dst),
+        GgmlType::Q6K => kquants::dequantize_q6_k(src, dst),
+    }
+    Ok(())
+}
+
+/// Encodes `src` into `dst` (whole blocks of `ty`) exactly as ggml's
+/// reference quantizers (`quantize_row_*_ref`) do.
+pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<()> {
+    check_lengths(ty, src.len(), dst.len())?;
+    match ty {
+        GgmlType::F32 => {
+            for (d, s) in dst.chunks_exact_mut(4).zip(src) {
+                d.copy_from_slice(&s.to_le_bytes());
+            }
+        }
+        GgmlType::F16 => {
+            for (d, s) in dst.chunks_exact_mut(2).zip(src) {
+                d.copy_from_slice(&f16::from_f32(*s).to_le_bytes());
+            }
+        }
+        GgmlType::BF16 => {
+            for (d, s) in dst.chunks_exact_mut(2).zip(src) {
+                d.copy_from_slice(&fp32_to_bf16_ggml(*s).to_le_bytes());
+            }
+        }
+        GgmlType::Q4_0 => legacy::quantize_q4_0(src, dst),
+        GgmlType::Q4_1 => legacy::quantize_q4_1(src, dst),
+        GgmlType::Q5_0 => legacy::quantize_q5_0(src, dst),
+        GgmlType::Q5_1 => legacy::quantize_q5_1(src, dst),
+        GgmlType::Q8_0 => legacy::quantize_q8_0(src, dst),
+        GgmlType::Q4K => kquants::quantize_q4_k(src, dst),
+        GgmlType::Q5K => kquants::quantize_q5_k(src, dst),
+        GgmlType::Q6K => kquants::quantize_q6_k(src, dst),
+    }
+    Ok(())
+}
+
+/// ggml's `ggml_compute_fp32_to_bf16`: round to nearest even, NaNs made quiet.
+fn fp32_to_bf16_ggml(x: f32) -> u16 {
+    let u = x.to_bits();
+    if (u & 0x7fff_ffff) > 0x7f80_0000 {
+        return ((u >> 16) | 64) as u16;
+    }
+    ((u + (0x7fff + ((u >> 16) & 1))) >> 16) as u16
+}
+
+/// Reads a little-endian f16 at `b[0..2]` as f32.
+#[inline]
+pub(crate) fn read_f16(b: &[u8]) -> f32 {
+    f16::from_le_bytes([b[0], b[1]]).to_f32()
+}
+
+/// Writes `x` as a little-endian f16 into `b[0..2]`.
+#[inline]
+pub(crate) fn write_f16(b: &mut [u8], x: f32) {
+    b[..2].copy_from_slice(&f16::from_f32(x).to_le_bytes());
+}
+
+/// ggml's `nearest_int`: round half to even through the float mantissa.
+/// Valid for |x| <= 4194303, like the original.
+#[inline]
+pub(crate) fn nearest_int(x: f32) -> i32 {
+    let v = x + 12_582_912.0f32;
+    (v.to_bits() as i32 & 0x007f_ffff) - 0x0040_0000
+}
+
+#[cfg(test)]
+mod tests;
