@@ -1,1 +1,24 @@
+//! hasten-model: from model files to tokens.
+//!
+//! Owns the file formats (GGUF, safetensors + config.json), the resolved
+//! model configuration, the Llama-family forward pass over a batch of
+//! sequences and a paged KV cache, the tokenizer and incremental
+//! detokenizer, chat templates, and sampling. Nothing here does network I/O
+//! or async; the only `unsafe` is the memory map in [`mmap`].
 
+pub mod chat;
+pub mod config;
+pub mod detok;
+pub mod error;
+pub mod gguf;
+pub mod kv;
+pub mod llama;
+pub mod loader;
+pub mod mmap;
+pub mod safetensors;
+pub mod sampler;
+pub mod testing;
+pub mod tokenizer;
+pub mod weights;
+
+pub use error::{Error, Result};
