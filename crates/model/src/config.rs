@@ -1,1 +1,251 @@
-//! todo
+//! The resolved model configuration, read from GGUF metadata or a Hugging
+//! Face `config.json`, with every default filled in and every value checked.
+
+use crate::gguf::GgufHeader;
+use crate::{Error, Result};
+use hasten_kernels::ops::RopeStyle;
+use serde::Deserialize;
+
+/// Model families hasten runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arch {
+    /// Llama 2/3, Mistral, TinyLlama, SmolLM.
+    Llama,
+    /// Qwen2 / Qwen2.5: Llama with biases on Q, K and V.
+    Qwen2,
+}
+
+impl Arch {
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Llama => "llama",
+            Arch::Qwen2 => "qwen2",
+        }
+    }
+}
+
+/// Resolved hyperparameters of a Llama-family model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub arch: Arch,
+    pub vocab_size: usize,
+    pub dim: usize,
+    pub n_layers: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub ffn_dim: usize,
+    pub norm_eps: f32,
+    pub context_length: usize,
+    pub rope_base: f32,
+    pub rope_style: RopeStyle,
+    /// 1 / linear scaling factor.
+    pub rope_freq_scale: f32,
+    /// Llama 3 frequency factors (one per rotated pair), if any.
+    pub rope_freq_factors: Option<Vec<f32>>,
+    pub qkv_bias: bool,
+}
+
+impl Config {
+    pub fn kv_dim(&self) -> usize {
+        self.n_kv_heads * self.head_dim
+    }
+
+    pub fn q_dim(&self) -> usize {
+        self.n_heads * self.head_dim
+    }
+
+    fn validate(self, file: &str) -> Result<Self> {
+        let bad = |what: String| Err(Error::Config { file: file.to_owned(), what });
+        if self.dim == 0 || self.n_layers == 0 || self.n_heads == 0 || self.n_kv_heads == 0 || self.ffn_dim == 0 || self.vocab_size == 0 {
+            return bad(format!("zero dimension in {self:?}"));
+        }
+        if self.n_heads % self.n_kv_heads != 0 {
+            return bad(format!("{} heads is not a multiple of {} KV heads", self.n_heads, self.n_kv_heads));
+        }
+        if self.head_dim == 0 || self.head_dim % 2 != 0 {
+            return bad(format!("head dimension {} must be even and positive", self.head_dim));
+        }
+        if self.dim > 1 << 20 || self.n_layers > 4096 || self.context_length > 1 << 24 {
+            return bad("dimensions are implausibly large".into());
+        }
+        if !(self.norm_eps > 0.0 && self.rope_base > 0.0 && self.rope_freq_scale > 0.0) {
+            return bad("eps, rope base and rope scale must be positive".into());
+        }
+        Ok(self)
+    }
+
+    /// Reads `{arch}.*` keys of a GGUF header. `vocab_fallback` is the token
+    /// count of the file's vocabulary, used when `{arch}.vocab_size` is absent.
+    pub fn from_gguf(h: &GgufHeader, file: &str, vocab_fallback: usize) -> Result<Self> {
+        let arch_name = str_key(h, file, "general.architecture")?;
+        let arch = match arch_name {
+            "llama" | "mistral" => Arch::Llama,
+            "qwen2" => Arch::Qwen2,
+            other => return Err(Error::UnknownArchitecture { file: file.to_owned(), arch: other.to_owned() }),
+        };
+        let k = |s: &str| format!("{arch_name}.{s}");
+        let dim = usize_key(h, file, &k("embedding_length"))?;
+        let n_heads = usize_key(h, file, &k("attention.head_count"))?;
+        let n_kv_heads = opt_usize(h, file, &k("attention.head_count_kv"))?.unwrap_or(n_heads);
+        let head_dim = opt_usize(h, file, &k("attention.key_length"))?.unwrap_or(if n_heads > 0 { dim / n_heads } else { 0 });
+        let rope_dims = opt_usize(h, file, &k("rope.dimension_count"))?.unwrap_or(head_dim);
+        if rope_dims != head_dim {
+            return Err(Error::Config { file: file.to_owned(), what: format!("partial RoPE ({rope_dims} of {head_dim} dims) is not supported") });
+        }
+        let scaling = h.get(&k("rope.scaling.type")).and_then(|v| v.as_str()).unwrap_or("none");
+        let rope_freq_scale = match scaling {
+            "linear" => 1.0 / opt_f32(h, file, &k("rope.scaling.factor"))?.unwrap_or(1.0),
+            // llama3 scaling is carried by the `rope_freqs.weight` tensor.
+            _ => 1.0,
+        };
+        Config {
+            arch,
+            vocab_size: opt_usize(h, file, &k("vocab_size"))?.unwrap_or(vocab_fallback),
+            dim,
+            n_layers: usize_key(h, file, &k("block_count"))?,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            ffn_dim: usize_key(h, file, &k("feed_forward_length"))?,
+            norm_eps: opt_f32(h, file, &k("attention.layer_norm_rms_epsilon"))?.unwrap_or(1e-5),
+            context_length: opt_usize(h, file, &k("context_length"))?.unwrap_or(2048),
+            rope_base: opt_f32(h, file, &k("rope.freq_base"))?.unwrap_or(10000.0),
+            rope_style: match arch {
+                Arch::Llama => RopeStyle::Normal,
+                Arch::Qwen2 => RopeStyle::Neox,
+            },
+            rope_freq_scale,
+            rope_freq_factors: None,
+            qkv_bias: arch == Arch::Qwen2,
+        }
+        .validate(file)
+    }
+
+    /// Resolves a Hugging Face `config.json`.
+    pub fn from_hf_json(json: &str, file: &str) -> Result<Self> {
+        let c: HfConfig = serde_json::from_str(json).map_err(|e| Error::Config { file: file.to_owned(), what: e.to_string() })?;
+        let arch_name = c.architectures.first().cloned().or(c.model_type.clone()).unwrap_or_default();
+        let arch = match arch_name.as_str() {
+            "LlamaForCausalLM" | "MistralForCausalLM" | "llama" | "mistral" => Arch::Llama,
+            "Qwen2ForCausalLM" | "qwen2" => Arch::Qwen2,
+            other => return Err(Error::UnknownArchitecture { file: file.to_owned(), arch: other.to_owned() }),
+        };
+        let n_kv_heads = c.num_key_value_heads.unwrap_or(c.num_attention_heads);
+        let head_dim = c.head_dim.unwrap_or(if c.num_attention_heads > 0 { c.hidden_size / c.num_attention_heads } else { 0 });
+        let rope_base = c.rope_theta.unwrap_or(10000.0);
+        let (mut freq_scale, mut factors) = (1.0, None);
+        if let Some(s) = &c.rope_scaling {
+            match s.kind.as_deref().or(s.rope_type.as_deref()) {
+                Some("linear") => freq_scale = 1.0 / s.factor.unwrap_or(1.0),
+                Some("llama3") => factors = Some(llama3_freq_factors(head_dim, rope_base, s)),
+                Some("default") | None => {}
+                Some(other) => return Err(Error::Config { file: file.to_owned(), what: format!("rope_scaling type {other:?} is not supported") }),
+            }
+        }
+        Config {
+            arch,
+            vocab_size: c.vocab_size,
+            dim: c.hidden_size,
+            n_layers: c.num_hidden_layers,
+            n_heads: c.num_attention_heads,
+            n_kv_heads,
+            head_dim,
+            ffn_dim: c.intermediate_size,
+            norm_eps: c.rms_norm_eps.unwrap_or(1e-6),
+            context_length: c.max_position_embeddings.unwrap_or(2048),
+            rope_base,
+            // Hugging Face checkpoints keep Q/K unpermuted: rotate halves.
+            rope_style: RopeStyle::Neox,
+            rope_freq_scale: freq_scale,
+            rope_freq_factors: factors,
+            qkv_bias: arch == Arch::Qwen2 || c.attention_bias.unwrap_or(false),
+        }
+        .validate(file)
+    }
+}
+
+/// The subset of a Hugging Face `config.json` that Llama-family models use.
+#[derive(Debug, Deserialize)]
+pub struct HfConfig {
+    #[serde(default)]
+    pub architectures: Vec<String>,
+    pub model_type: Option<String>,
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub num_key_value_heads: Option<usize>,
+    pub head_dim: Option<usize>,
+    pub rms_norm_eps: Option<f32>,
+    pub rope_theta: Option<f32>,
+    pub max_position_embeddings: Option<usize>,
+    pub rope_scaling: Option<RopeScaling>,
+    pub tie_word_embeddings: Option<bool>,
+    pub attention_bias: Option<bool>,
+    pub bos_token_id: Option<serde_json::Value>,
+    pub eos_token_id: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct RopeScaling {
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    pub rope_type: Option<String>,
+    pub factor: Option<f32>,
+    pub low_freq_factor: Option<f32>,
+    pub high_freq_factor: Option<f32>,
+    pub original_max_position_embeddings: Option<f32>,
+}
+
+/// Llama 3's frequency factors, as `convert_hf_to_gguf.py` writes them into
+/// `rope_freqs.weight`: the divisor of each pair's base frequency.
+pub fn llama3_freq_factors(head_dim: usize, base: f32, s: &RopeScaling) -> Vec<f32> {
+    let factor = s.factor.unwrap_or(8.0);
+    let low = s.low_freq_factor.unwrap_or(1.0);
+    let high = s.high_freq_factor.unwrap_or(4.0);
+    let old_ctx = s.original_max_position_embeddings.unwrap_or(8192.0);
+    let (low_wavelen, high_wavelen) = (old_ctx / low, old_ctx / high);
+    (0..head_dim / 2)
+        .map(|i| {
+            let freq = 1.0 / base.powf(2.0 * i as f32 / head_dim as f32);
+            let wavelen = 2.0 * std::f32::consts::PI / freq;
+            if wavelen < high_wavelen {
+                1.0
+            } else if wavelen > low_wavelen {
+                factor
+            } else {
+                let smooth = (old_ctx / wavelen - low) / (high - low);
+                1.0 / ((1.0 - smooth) / factor + smooth)
+            }
+        })
+        .collect()
+}
+
+fn str_key<'a>(h: &'a GgufHeader, file: &str, key: &str) -> Result<&'a str> {
+    let v = h.get(key).ok_or_else(|| Error::MissingKey { file: file.to_owned(), key: key.to_owned() })?;
+    v.as_str().ok_or_else(|| Error::KeyType { file: file.to_owned(), key: key.to_owned(), want: "string" })
+}
+
+fn opt_usize(h: &GgufHeader, file: &str, key: &str) -> Result<Option<usize>> {
+    match h.get(key) {
+        None => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .and_then(|x| usize::try_from(x).ok())
+            .map(Some)
+            .ok_or_else(|| Error::KeyType { file: file.to_owned(), key: key.to_owned(), want: "unsigned integer" }),
+    }
+}
+
+fn usize_key(h: &GgufHeader, file: &str, key: &str) -> Result<usize> {
+    opt_usize(h, file, key)?.ok_or_else(|| Error::MissingKey { file: file.to_owned(), key: key.to_owned() })
+}
+
+fn opt_f32(h: &GgufHeader, file: &str, key: &str) -> Result<Option<f32>> {
+    match h.get(key) {
+        None => Ok(None),
+        Some(v) => v.as_f64().map(|x| Some(x as f32)).ok_or_else(|| Error::KeyType { file: file.to_owned(), key: key.to_owned(), want: "number" }),
+    }
+}

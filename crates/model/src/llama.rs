@@ -1,1 +1,322 @@
-//! todo
+//! The Llama-family forward pass over a batch of sequences.
+//!
+//! One call processes any mix of prefill chunks and decode steps: every
+//! sequence brings its new tokens, the position of the first one, and the
+//! block table of its KV cache. The tokens of all sequences are stacked into
+//! one activation matrix so each weight matrix is read once per call.
+//!
+//! ```text
+//! x = embed[tokens]                                    (T, dim)
+//! for each layer:
+//!     h = rmsnorm(x) ; q,k,v = h·Wq, h·Wk, h·Wv (+bias)  (T, q_dim), (T, kv_dim)
+//!     rope(q, k) at each token's position; store k, v in the paged cache
+//!     a = attention(q, cache[0..=pos]) ; x += a·Wo         (T, dim)
+//!     h = rmsnorm(x) ; x += (silu(h·Wg) * h·Wu)·Wd         (T, ffn) -> (T, dim)
+//! logits = rmsnorm(x[last of each sequence]) · Wout      (S, vocab)
+//! ```
+
+use crate::config::{Arch, Config};
+use crate::kv::KvCache;
+use crate::weights::{Tensor, TensorSource};
+use crate::{Error, Result};
+use hasten_kernels::attention::attend;
+use hasten_kernels::matmul::matmul;
+use hasten_kernels::ops::{add_assign, rms_norm, silu_mul, Rope};
+use hasten_kernels::threads::{par_chunks, Threads};
+
+/// How a file names its tensors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Naming {
+    /// llama.cpp names: `blk.N.attn_q.weight`.
+    Gguf,
+    /// Hugging Face names: `model.layers.N.self_attn.q_proj.weight`.
+    HuggingFace,
+}
+
+impl Naming {
+    fn global(self, part: &str) -> &'static str {
+        match (self, part) {
+            (Naming::Gguf, "embed") => "token_embd.weight",
+            (Naming::Gguf, "norm") => "output_norm.weight",
+            (Naming::Gguf, "output") => "output.weight",
+            (Naming::HuggingFace, "embed") => "model.embed_tokens.weight",
+            (Naming::HuggingFace, "norm") => "model.norm.weight",
+            (Naming::HuggingFace, "output") => "lm_head.weight",
+            _ => unreachable!("unknown global tensor {part}"),
+        }
+    }
+
+    fn layer(self, i: usize, part: &str) -> String {
+        let hf = match part {
+            "attn_norm" => "input_layernorm.weight",
+            "q" => "self_attn.q_proj.weight",
+            "k" => "self_attn.k_proj.weight",
+            "v" => "self_attn.v_proj.weight",
+            "q_bias" => "self_attn.q_proj.bias",
+            "k_bias" => "self_attn.k_proj.bias",
+            "v_bias" => "self_attn.v_proj.bias",
+            "o" => "self_attn.o_proj.weight",
+            "ffn_norm" => "post_attention_layernorm.weight",
+            "gate" => "mlp.gate_proj.weight",
+            "up" => "mlp.up_proj.weight",
+            "down" => "mlp.down_proj.weight",
+            _ => unreachable!("unknown layer tensor {part}"),
+        };
+        let gguf = match part {
+            "attn_norm" => "attn_norm.weight",
+            "q" => "attn_q.weight",
+            "k" => "attn_k.weight",
+            "v" => "attn_v.weight",
+            "q_bias" => "attn_q.bias",
+            "k_bias" => "attn_k.bias",
+            "v_bias" => "attn_v.bias",
+            "o" => "attn_output.weight",
+            "ffn_norm" => "ffn_norm.weight",
+            "gate" => "ffn_gate.weight",
+            "up" => "ffn_up.weight",
+            "down" => "ffn_down.weight",
+            _ => unreachable!(),
+        };
+        match self {
+            Naming::Gguf => format!("blk.{i}.{gguf}"),
+            Naming::HuggingFace => format!("model.layers.{i}.{hf}"),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Layer {
+    attn_norm: Vec<f32>,
+    wq: Tensor,
+    wk: Tensor,
+    wv: Tensor,
+    bias: Option<[Vec<f32>; 3]>,
+    wo: Tensor,
+    ffn_norm: Vec<f32>,
+    w_gate: Tensor,
+    w_up: Tensor,
+    w_down: Tensor,
+}
+
+/// A loaded Llama-family model. Weights stay in their mapped files.
+#[derive(Debug)]
+pub struct Model {
+    pub config: Config,
+    embed: Tensor,
+    layers: Vec<Layer>,
+    norm: Vec<f32>,
+    output: Tensor,
+    pub tied_embeddings: bool,
+    rope: Rope,
+}
+
+/// One sequence's part of a batch.
+#[derive(Debug, Clone, Copy)]
+pub struct SeqBatch<'a> {
+    /// New tokens, at positions `start_pos..start_pos + tokens.len()`.
+    pub tokens: &'a [u32],
+    pub start_pos: usize,
+    /// KV blocks holding positions `0..`; must cover every new position.
+    pub block_table: &'a [u32],
+    /// Whether to compute logits for the last new token.
+    pub want_logits: bool,
+}
+
+/// Activations for up to `max_tokens` tokens per forward call, allocated once.
+#[derive(Debug)]
+pub struct Scratch {
+    max_tokens: usize,
+    x: Vec<f32>,
+    h: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    att: Vec<f32>,
+    proj: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    last: Vec<f32>,
+    logits: Vec<f32>,
+    /// (sequence index, position) of each stacked token.
+    tok: Vec<(usize, usize)>,
+}
+
+impl Scratch {
+    pub fn new(c: &Config, max_tokens: usize, max_seqs: usize) -> Self {
+        let t = max_tokens;
+        Scratch {
+            max_tokens,
+            x: vec![0.0; t * c.dim],
+            h: vec![0.0; t * c.dim],
+            q: vec![0.0; t * c.q_dim()],
+            k: vec![0.0; t * c.kv_dim()],
+            v: vec![0.0; t * c.kv_dim()],
+            att: vec![0.0; t * c.q_dim()],
+            proj: vec![0.0; t * c.dim],
+            gate: vec![0.0; t * c.ffn_dim],
+            up: vec![0.0; t * c.ffn_dim],
+            last: vec![0.0; max_seqs * c.dim],
+            logits: vec![0.0; max_seqs * c.vocab_size],
+            tok: Vec::with_capacity(t),
+        }
+    }
+}
+
+impl Model {
+    /// Builds the model from `src`, checking every tensor's shape.
+    pub fn load(src: &dyn TensorSource, config: Config, naming: Naming) -> Result<Self> {
+        let c = &config;
+        let (dim, qd, kvd, ffn) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim);
+        let vec_f32 = |name: &str, len: usize| src.get_shaped(name, &[len])?.to_f32();
+        let embed = src.get_shaped(naming.global("embed"), &[dim, c.vocab_size])?;
+        let (output, tied) = match src.find(naming.global("output")) {
+            Some(_) => (src.get_shaped(naming.global("output"), &[dim, c.vocab_size])?, false),
+            None => (embed.clone(), true),
+        };
+        let mut layers = Vec::with_capacity(c.n_layers);
+        for i in 0..c.n_layers {
+            let l = |p: &str| naming.layer(i, p);
+            let bias = if c.qkv_bias {
+                Some([vec_f32(&l("q_bias"), qd)?, vec_f32(&l("k_bias"), kvd)?, vec_f32(&l("v_bias"), kvd)?])
+            } else {
+                None
+            };
+            layers.push(Layer {
+                attn_norm: vec_f32(&l("attn_norm"), dim)?,
+                wq: src.get_shaped(&l("q"), &[dim, qd])?,
+                wk: src.get_shaped(&l("k"), &[dim, kvd])?,
+                wv: src.get_shaped(&l("v"), &[dim, kvd])?,
+                bias,
+                wo: src.get_shaped(&l("o"), &[qd, dim])?,
+                ffn_norm: vec_f32(&l("ffn_norm"), dim)?,
+                w_gate: src.get_shaped(&l("gate"), &[dim, ffn])?,
+                w_up: src.get_shaped(&l("up"), &[dim, ffn])?,
+                w_down: src.get_shaped(&l("down"), &[ffn, dim])?,
+            });
+        }
+        let mut config = config;
+        if naming == Naming::Gguf && config.arch == Arch::Llama {
+            if let Some(t) = src.find("rope_freqs.weight") {
+                config.rope_freq_factors = Some(src.get_shaped(&t.name, &[config.head_dim / 2])?.to_f32()?);
+            }
+        }
+        let rope = Rope::new(config.rope_style, config.head_dim, config.rope_base, config.rope_freq_scale, config.rope_freq_factors.as_deref());
+        let norm = vec_f32(naming.global("norm"), dim)?;
+        Ok(Model { config, embed, layers, norm, output, tied_embeddings: tied, rope })
+    }
+
+    /// Bytes of weights read per forward pass (all matrices once).
+    pub fn weight_bytes(&self) -> usize {
+        let per_layer = |l: &Layer| [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down].iter().map(|t| t.data().len()).sum::<usize>();
+        self.layers.iter().map(per_layer).sum::<usize>() + self.output.data().len()
+    }
+
+    fn check_batch(&self, batch: &[SeqBatch<'_>], kv: &KvCache, s: &Scratch) -> Result<()> {
+        let total: usize = batch.iter().map(|b| b.tokens.len()).sum();
+        if total > s.max_tokens {
+            return Err(Error::Batch(format!("{total} tokens exceed the scratch capacity of {}", s.max_tokens)));
+        }
+        let n_logits = batch.iter().filter(|b| b.want_logits).count();
+        if n_logits * self.config.dim > s.last.len() {
+            return Err(Error::Batch(format!("{n_logits} logit rows exceed the scratch capacity")));
+        }
+        for b in batch {
+            let end = b.start_pos + b.tokens.len();
+            if end > self.config.context_length {
+                return Err(Error::ContextOverflow { needed: end, max: self.config.context_length });
+            }
+            if b.block_table.len() * kv.block_size < end || b.block_table.iter().any(|&blk| blk as usize >= kv.n_blocks) {
+                return Err(Error::Batch(format!("block table {:?} does not cover {end} positions in a pool of {} blocks", b.block_table, kv.n_blocks)));
+            }
+            if b.want_logits && b.tokens.is_empty() {
+                return Err(Error::Batch("logits requested for a sequence with no new tokens".into()));
+            }
+            if let Some(&t) = b.tokens.iter().find(|&&t| t as usize >= self.config.vocab_size) {
+                return Err(Error::Batch(format!("token id {t} is outside the vocabulary of {}", self.config.vocab_size)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the batch, filling the KV cache for every new token, and returns
+    /// logits `[n, vocab]` for the sequences with `want_logits`, in order.
+    pub fn forward<'s>(&self, batch: &[SeqBatch<'_>], kv: &mut KvCache, s: &'s mut Scratch, threads: Threads) -> Result<&'s [f32]> {
+        self.check_batch(batch, kv, s)?;
+        let c = &self.config;
+        let (dim, qd, kvd, ffn, hd) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim, c.head_dim);
+        s.tok.clear();
+        for (i, b) in batch.iter().enumerate() {
+            s.tok.extend((0..b.tokens.len()).map(|j| (i, b.start_pos + j)));
+        }
+        let t = s.tok.len();
+        let embed = self.embed.matrix()?;
+        let tokens = batch.iter().flat_map(|b| b.tokens.iter());
+        for (row, &tok) in s.x.chunks_exact_mut(dim).zip(tokens) {
+            embed.dequantize_row(tok as usize, row)?;
+        }
+        let x = &mut s.x[..t * dim];
+        let scale = 1.0 / (hd as f32).sqrt();
+        for (li, layer) in self.layers.iter().enumerate() {
+            // Attention.
+            let h = &mut s.h[..t * dim];
+            for (o, i) in h.chunks_exact_mut(dim).zip(x.chunks_exact(dim)) {
+                rms_norm(i, &layer.attn_norm, c.norm_eps, o);
+            }
+            let (q, k, v) = (&mut s.q[..t * qd], &mut s.k[..t * kvd], &mut s.v[..t * kvd]);
+            matmul(&layer.wq.matrix()?, h, q, threads)?;
+            matmul(&layer.wk.matrix()?, h, k, threads)?;
+            matmul(&layer.wv.matrix()?, h, v, threads)?;
+            if let Some([bq, bk, bv]) = &layer.bias {
+                q.chunks_exact_mut(qd).for_each(|r| add_assign(r, bq));
+                k.chunks_exact_mut(kvd).for_each(|r| add_assign(r, bk));
+                v.chunks_exact_mut(kvd).for_each(|r| add_assign(r, bv));
+            }
+            for (j, &(seq, pos)) in s.tok.iter().enumerate() {
+                self.rope.apply(&mut q[j * qd..(j + 1) * qd], hd, pos);
+                self.rope.apply(&mut k[j * kvd..(j + 1) * kvd], hd, pos);
+                let table = batch[seq].block_table;
+                let slot = table[pos / kv.block_size] as usize * kv.block_size + pos % kv.block_size;
+                kv.store(li, slot, &k[j * kvd..(j + 1) * kvd], &v[j * kvd..(j + 1) * kvd]);
+            }
+            let paged = kv.layer(li);
+            let tok = &s.tok;
+            let q = &*q;
+            par_chunks(&mut s.att[..t * qd], qd, threads, |first, piece| {
+                let mut scores = vec![0.0f32; c.context_length.min(paged.block_size * kv.n_blocks)];
+                for (i, out) in piece.chunks_exact_mut(qd).enumerate() {
+                    let j = first + i;
+                    let (seq, pos) = tok[j];
+                    attend(&q[j * qd..(j + 1) * qd], &paged, batch[seq].block_table, pos + 1, c.n_heads, scale, &mut scores, out);
+                }
+            });
+            let proj = &mut s.proj[..t * dim];
+            matmul(&layer.wo.matrix()?, &s.att[..t * qd], proj, threads)?;
+            add_assign(x, proj);
+            // Feed-forward.
+            for (o, i) in h.chunks_exact_mut(dim).zip(x.chunks_exact(dim)) {
+                rms_norm(i, &layer.ffn_norm, c.norm_eps, o);
+            }
+            let (gate, up) = (&mut s.gate[..t * ffn], &mut s.up[..t * ffn]);
+            matmul(&layer.w_gate.matrix()?, h, gate, threads)?;
+            matmul(&layer.w_up.matrix()?, h, up, threads)?;
+            silu_mul(gate, up);
+            matmul(&layer.w_down.matrix()?, gate, proj, threads)?;
+            add_assign(x, proj);
+        }
+        // Logits for the last new token of each sequence that wants them.
+        let mut n = 0;
+        let mut end = 0;
+        for b in batch {
+            end += b.tokens.len();
+            if b.want_logits {
+                rms_norm(&x[(end - 1) * dim..end * dim], &self.norm, c.norm_eps, &mut s.last[n * dim..(n + 1) * dim]);
+                n += 1;
+            }
+        }
+        let logits = &mut s.logits[..n * c.vocab_size];
+        if n > 0 {
+            matmul(&self.output.matrix()?, &s.last[..n * dim], logits, threads)?;
+        }
+        Ok(logits)
+    }
+}
