@@ -1,1 +1,153 @@
-//! todo
+//! Chat templates: Jinja sources from GGUF `tokenizer.chat_template` or
+//! `tokenizer_config.json`, rendered with minijinja the way Hugging Face
+//! `apply_chat_template` renders them with Python jinja2 (trim_blocks,
+//! lstrip_blocks, Python string/dict methods, `raise_exception`,
+//! `strftime_now`, `bos_token`/`eos_token`, `add_generation_prompt`).
+
+use crate::{Error, Result};
+use minijinja::{Environment, ErrorKind, Value};
+use serde::Serialize;
+
+/// One chat message. `content` is already flattened to text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Message {
+    pub role: String,
+    pub content: String,
+}
+
+impl Message {
+    pub fn new(role: &str, content: &str) -> Self {
+        Message { role: role.to_owned(), content: content.to_owned() }
+    }
+}
+
+/// A compiled chat template and the special-token texts it refers to.
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    pub bos_token: String,
+    pub eos_token: String,
+}
+
+impl std::fmt::Debug for ChatTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatTemplate").field("bos_token", &self.bos_token).finish()
+    }
+}
+
+/// A plain template for models that ship none: `role: content` lines.
+pub const FALLBACK_TEMPLATE: &str = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}";
+
+fn raise_exception(msg: String) -> std::result::Result<Value, minijinja::Error> {
+    Err(minijinja::Error::new(ErrorKind::InvalidOperation, msg))
+}
+
+fn strftime_now(fmt: String) -> String {
+    // Templates use this for "today's date" lines; a fixed clock keeps prompts
+    // (and prefix-cache keys) stable across a day, so format today's UTC date.
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let (y, m, d) = civil_from_days((secs / 86_400) as i64);
+    const MONTHS: [&str; 12] = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November", "December"];
+    let month = MONTHS[(m - 1) as usize];
+    fmt.replace("%d", &format!("{d:02}"))
+        .replace("%m", &format!("{m:02}"))
+        .replace("%Y", &y.to_string())
+        .replace("%B", month)
+        .replace("%b", &month[..3])
+}
+
+/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian.
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+impl ChatTemplate {
+    /// Compiles `source`; syntax errors are reported here, not at render time.
+    pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<Self> {
+        let mut env = Environment::new();
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", raise_exception);
+        env.add_function("strftime_now", strftime_now);
+        env.add_template_owned("chat", source.to_owned()).map_err(|e| Error::Template(format!("{e:#}")))?;
+        Ok(ChatTemplate { env, bos_token: bos_token.to_owned(), eos_token: eos_token.to_owned() })
+    }
+
+    /// Renders a conversation. Errors raised by the template itself (e.g.
+    /// "roles must alternate") come back as [`Error::Template`] with its message.
+    pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
+        let tmpl = self.env.get_template("chat").map_err(|e| Error::Template(e.to_string()))?;
+        let ctx = minijinja::context! {
+            messages => messages,
+            add_generation_prompt => add_generation_prompt,
+            bos_token => self.bos_token,
+            eos_token => self.eos_token,
+        };
+        tmpl.render(ctx).map_err(|e| match e.kind() {
+            ErrorKind::InvalidOperation => Error::Template(e.detail().unwrap_or("template raised an error").to_owned()),
+            _ => Error::Template(format!("{e:#}")),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOLDEN: &str = include_str!("../tests/golden/chat_templates.json");
+
+    #[derive(serde::Deserialize)]
+    struct Case {
+        template: String,
+        label: String,
+        messages: Vec<Message>,
+        add_generation_prompt: bool,
+        expected: Option<String>,
+        error: Option<String>,
+    }
+
+    #[test]
+    fn renders_every_shared_template_like_jinja2() {
+        let dir = crate::tokenizer::tests::testdata().join("chat-templates");
+        let cases: Vec<Case> = serde_json::from_str(GOLDEN).unwrap();
+        assert!(cases.len() >= 15);
+        let mut failures = Vec::new();
+        for c in &cases {
+            let src = std::fs::read_to_string(dir.join(&c.template)).unwrap();
+            let t = ChatTemplate::new(&src, "<s>", "</s>").unwrap();
+            let got = t.render(&c.messages, c.add_generation_prompt);
+            match (&c.expected, &c.error, got) {
+                (Some(want), _, Ok(got)) if *want == got => {}
+                (_, Some(want), Err(Error::Template(got))) if got.contains(want.as_str()) => {}
+                (want, err, got) => failures.push(format!("{} / {}:\n want {want:?} {err:?}\n got  {got:?}", c.template, c.label)),
+            }
+        }
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
+    #[test]
+    fn syntax_errors_surface_at_load() {
+        assert!(matches!(ChatTemplate::new("{% if %}", "", ""), Err(Error::Template(_))));
+    }
+
+    #[test]
+    fn fallback_template_renders() {
+        let t = ChatTemplate::new(FALLBACK_TEMPLATE, "", "").unwrap();
+        let s = t.render(&[Message::new("user", "hi")], true).unwrap();
+        assert_eq!(s, "user: hi\nassistant:");
+    }
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(20_454), (2026, 1, 1));
+    }
+}

@@ -388,4 +388,4 @@ fn spm_merges(tokens: &[String], scores: &[f64], types: &[i32], vocab: &HashMap<
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

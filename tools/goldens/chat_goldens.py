@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""Writes crates/model/tests/golden/chat_templates.json.
+
+Renders every template in $HASTEN_TESTDATA/chat-templates (default
+../shared/testdata) with Python jinja2 the way Hugging Face transformers'
+`apply_chat_template` does (sandboxed environment, trim_blocks,
+lstrip_blocks, loop controls, `raise_exception`, `strftime_now`, a `tojson`
+that keeps non-ASCII) over a few conversations, and records the text or the
+fact that the template raised.
+
+Run: pip install jinja2 && python3 tools/goldens/chat_goldens.py
+"""
+import json
+import os
+from datetime import datetime
+
+from jinja2.exceptions import TemplateError
+from jinja2.ext import loopcontrols
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.join(HERE, "..", "..")
+TESTDATA = os.environ.get("HASTEN_TESTDATA", os.path.join(ROOT, "..", "shared", "testdata"))
+OUT = os.path.join(ROOT, "crates", "model", "tests", "golden", "chat_templates.json")
+
+CONVERSATIONS = [
+    ("one user turn", [{"role": "user", "content": "Hello there!"}], True),
+    ("system and multi-turn", [
+        {"role": "system", "content": "You are terse. Answer in one line."},
+        {"role": "user", "content": "What is 2+2?"},
+        {"role": "assistant", "content": "4"},
+        {"role": "user", "content": "And 3+3? Ünïcödé ✓"},
+    ], True),
+    ("no generation prompt", [
+        {"role": "user", "content": "  Spaces around  "},
+        {"role": "assistant", "content": "Noted.\nTwo lines."},
+    ], False),
+]
+
+
+def raise_exception(message):
+    raise TemplateError(message)
+
+
+def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+def render(source, messages, add_generation_prompt):
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime(2026, 1, 2).strftime(fmt)
+    t = env.from_string(source)
+    return t.render(messages=messages, add_generation_prompt=add_generation_prompt, bos_token="<s>", eos_token="</s>")
+
+
+def main():
+    folder = os.path.join(TESTDATA, "chat-templates")
+    cases = []
+    for name in sorted(os.listdir(folder)):
+        source = open(os.path.join(folder, name), encoding="utf-8").read()
+        for label, messages, gen in CONVERSATIONS:
+            case = {"template": name, "label": label, "messages": messages, "add_generation_prompt": gen}
+            try:
+                case["expected"] = render(source, messages, gen)
+            except TemplateError as e:
+                case["error"] = str(e)
+            cases.append(case)
+    with open(OUT, "w", encoding="utf-8") as f:
+        json.dump(cases, f, ensure_ascii=False, indent=1)
+    print(f"wrote {len(cases)} cases to {OUT}")
+
+
+if __name__ == "__main__":
+    main()
