@@ -1,1 +1,255 @@
-//! todo
+//! Choosing the next token from logits.
+//!
+//! Order (as llama.cpp's default chain): logit bias, repetition /
+//! frequency / presence penalties over the recent history, then greedy if
+//! temperature is 0, else top-k, temperature, softmax, top-p, min-p and a
+//! draw from a seeded ChaCha RNG (same seed, same text).
+
+use crate::{Error, Result};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::HashMap;
+
+/// Sampling settings; [`SamplingParams::validate`] checks every range.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplingParams {
+    /// 0 means greedy.
+    pub temperature: f32,
+    /// 0 disables.
+    pub top_k: usize,
+    /// 1 disables.
+    pub top_p: f32,
+    /// 0 disables.
+    pub min_p: f32,
+    /// 1 disables. Divides positive logits of recent tokens, multiplies negative ones.
+    pub repetition_penalty: f32,
+    /// OpenAI semantics: logit -= count * frequency + (count > 0) * presence.
+    pub frequency_penalty: f32,
+    pub presence_penalty: f32,
+    /// How many recent tokens the penalties look at.
+    pub penalty_last_n: usize,
+    pub logit_bias: Vec<(u32, f32)>,
+    pub seed: u64,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        SamplingParams {
+            temperature: 0.8,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.05,
+            repetition_penalty: 1.0,
+            frequency_penalty: 0.0,
+            presence_penalty: 0.0,
+            penalty_last_n: 64,
+            logit_bias: Vec::new(),
+            seed: 0,
+        }
+    }
+}
+
+impl SamplingParams {
+    pub fn greedy() -> Self {
+        SamplingParams { temperature: 0.0, ..Self::default() }
+    }
+
+    pub fn validate(&self, vocab_size: usize) -> Result<()> {
+        let bad = |m: String| Err(Error::Sampling(m));
+        if !(self.temperature.is_finite() && self.temperature >= 0.0) {
+            return bad(format!("temperature {} must be a finite number >= 0", self.temperature));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return bad(format!("top_p {} must be in (0, 1]", self.top_p));
+        }
+        if !(0.0..=1.0).contains(&self.min_p) {
+            return bad(format!("min_p {} must be in [0, 1]", self.min_p));
+        }
+        if !(self.repetition_penalty.is_finite() && self.repetition_penalty > 0.0) {
+            return bad(format!("repetition_penalty {} must be > 0", self.repetition_penalty));
+        }
+        for (name, v) in [("frequency_penalty", self.frequency_penalty), ("presence_penalty", self.presence_penalty)] {
+            if !(-2.0..=2.0).contains(&v) {
+                return bad(format!("{name} {v} must be in [-2, 2]"));
+            }
+        }
+        if let Some((t, b)) = self.logit_bias.iter().find(|(t, b)| *t as usize >= vocab_size || !b.is_finite()) {
+            return bad(format!("logit_bias entry {t}: {b} is outside the vocabulary or not finite"));
+        }
+        Ok(())
+    }
+}
+
+/// A sampler with its RNG and reusable buffers.
+#[derive(Debug)]
+pub struct Sampler {
+    pub params: SamplingParams,
+    rng: ChaCha8Rng,
+    cand: Vec<(u32, f32)>,
+    counts: HashMap<u32, u32>,
+}
+
+impl Sampler {
+    pub fn new(params: SamplingParams) -> Self {
+        let rng = ChaCha8Rng::seed_from_u64(params.seed);
+        Sampler { params, rng, cand: Vec::new(), counts: HashMap::new() }
+    }
+
+    /// Picks a token from `logits` (modified in place by bias and
+    /// penalties); `history` is the prompt and output so far.
+    pub fn sample(&mut self, logits: &mut [f32], history: &[u32]) -> u32 {
+        let p = &self.params;
+        for &(t, b) in &p.logit_bias {
+            if let Some(l) = logits.get_mut(t as usize) {
+                *l += b;
+            }
+        }
+        let penalize = p.repetition_penalty != 1.0 || p.frequency_penalty != 0.0 || p.presence_penalty != 0.0;
+        if penalize && p.penalty_last_n > 0 {
+            self.counts.clear();
+            for &t in &history[history.len().saturating_sub(p.penalty_last_n)..] {
+                *self.counts.entry(t).or_default() += 1;
+            }
+            for (&t, &c) in &self.counts {
+                if let Some(l) = logits.get_mut(t as usize) {
+                    if p.repetition_penalty != 1.0 {
+                        *l = if *l > 0.0 { *l / p.repetition_penalty } else { *l * p.repetition_penalty };
+                    }
+                    *l -= c as f32 * p.frequency_penalty + p.presence_penalty;
+                }
+            }
+        }
+        if p.temperature == 0.0 {
+            return argmax(logits);
+        }
+        self.cand.clear();
+        self.cand.extend(logits.iter().enumerate().map(|(i, &l)| (i as u32, l)));
+        self.cand.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        if p.top_k > 0 {
+            self.cand.truncate(p.top_k);
+        }
+        let max = self.cand[0].1;
+        let mut sum = 0.0f64;
+        for c in self.cand.iter_mut() {
+            c.1 = ((c.1 - max) / p.temperature).exp();
+            sum += c.1 as f64;
+        }
+        for c in self.cand.iter_mut() {
+            c.1 = (c.1 as f64 / sum) as f32;
+        }
+        if p.top_p < 1.0 {
+            let mut acc = 0.0f32;
+            let mut keep = self.cand.len();
+            for (i, c) in self.cand.iter().enumerate() {
+                acc += c.1;
+                if acc >= p.top_p {
+                    keep = i + 1;
+                    break;
+                }
+            }
+            self.cand.truncate(keep);
+        }
+        if p.min_p > 0.0 {
+            let threshold = self.cand[0].1 * p.min_p;
+            let keep = self.cand.iter().take_while(|c| c.1 >= threshold).count().max(1);
+            self.cand.truncate(keep);
+        }
+        let total: f32 = self.cand.iter().map(|c| c.1).sum();
+        let mut r = self.rng.gen::<f32>() * total;
+        for c in &self.cand {
+            r -= c.1;
+            if r <= 0.0 {
+                return c.0;
+            }
+        }
+        self.cand.last().map_or(0, |c| c.0)
+    }
+}
+
+/// Index of the largest logit; the first one on ties.
+pub fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &l) in logits.iter().enumerate() {
+        if l > logits[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn logits() -> Vec<f32> {
+        (0..100).map(|i| ((i * 37 % 100) as f32) / 10.0).collect()
+    }
+
+    #[test]
+    fn greedy_picks_argmax_first_on_ties() {
+        let mut s = Sampler::new(SamplingParams::greedy());
+        assert_eq!(s.sample(&mut [1.0, 3.0, 3.0, 2.0], &[]), 1);
+    }
+
+    #[test]
+    fn same_seed_same_draws_and_different_seed_differs() {
+        let draw = |seed| {
+            let mut s = Sampler::new(SamplingParams { seed, temperature: 1.5, top_k: 0, top_p: 1.0, min_p: 0.0, ..Default::default() });
+            (0..50).map(|_| s.sample(&mut logits(), &[])).collect::<Vec<_>>()
+        };
+        assert_eq!(draw(1), draw(1));
+        assert_ne!(draw(1), draw(2));
+    }
+
+    #[test]
+    fn top_k_one_is_greedy() {
+        let mut s = Sampler::new(SamplingParams { top_k: 1, temperature: 5.0, ..Default::default() });
+        let want = argmax(&logits());
+        for _ in 0..20 {
+            assert_eq!(s.sample(&mut logits(), &[]), want);
+        }
+    }
+
+    #[test]
+    fn min_p_and_top_p_restrict_the_support() {
+        let mut s = Sampler::new(SamplingParams { top_k: 0, top_p: 1.0, min_p: 0.5, temperature: 1.0, ..Default::default() });
+        let mut l = vec![0.0f32; 10];
+        l[3] = 10.0;
+        l[4] = 9.8;
+        for _ in 0..50 {
+            assert!(matches!(s.sample(&mut l.clone(), &[]), 3 | 4));
+        }
+        let mut s = Sampler::new(SamplingParams { top_k: 0, top_p: 0.5, min_p: 0.0, temperature: 1.0, ..Default::default() });
+        for _ in 0..50 {
+            assert_eq!(s.sample(&mut l.clone(), &[]), 3);
+        }
+    }
+
+    #[test]
+    fn penalties_and_bias_change_the_choice() {
+        let mut s = Sampler::new(SamplingParams { repetition_penalty: 2.0, ..SamplingParams::greedy() });
+        assert_eq!(s.sample(&mut [1.0, 1.5, 0.0], &[1]), 0);
+        let mut s = Sampler::new(SamplingParams { presence_penalty: 1.0, ..SamplingParams::greedy() });
+        assert_eq!(s.sample(&mut [1.0, 1.5, 0.0], &[1]), 0);
+        let mut s = Sampler::new(SamplingParams { frequency_penalty: 0.3, ..SamplingParams::greedy() });
+        assert_eq!(s.sample(&mut [1.0, 1.5, 0.0], &[1, 1]), 0);
+        let mut s = Sampler::new(SamplingParams { logit_bias: vec![(2, 5.0)], ..SamplingParams::greedy() });
+        assert_eq!(s.sample(&mut [1.0, 1.5, 0.0], &[]), 2);
+    }
+
+    #[test]
+    fn validation_rejects_out_of_range() {
+        for bad in [
+            SamplingParams { temperature: -1.0, ..Default::default() },
+            SamplingParams { temperature: f32::NAN, ..Default::default() },
+            SamplingParams { top_p: 0.0, ..Default::default() },
+            SamplingParams { min_p: 1.5, ..Default::default() },
+            SamplingParams { repetition_penalty: 0.0, ..Default::default() },
+            SamplingParams { presence_penalty: 3.0, ..Default::default() },
+            SamplingParams { logit_bias: vec![(1000, 1.0)], ..Default::default() },
+        ] {
+            assert!(bad.validate(100).is_err(), "{bad:?}");
+        }
+        assert!(SamplingParams::default().validate(100).is_ok());
+    }
+}
