@@ -17,6 +17,7 @@ pub mod loader;
 pub mod mmap;
 pub mod safetensors;
 pub mod sampler;
+pub mod session;
 pub mod testing;
 pub mod tokenizer;
 pub mod weights;

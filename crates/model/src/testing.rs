@@ -1,1 +1,254 @@
-//! todo
+//! Seeded synthetic models for tests, goldens and benchmarks.
+//!
+//! A [`Fixture`] describes a Llama or Qwen2 shape; its weights are drawn
+//! from a ChaCha RNG in Hugging Face layout, then written either as GGUF
+//! (llama.cpp names, Q/K rows permuted for `llama` as llama.cpp's converter
+//! does, quantized to the chosen type) or as safetensors + `config.json`.
+//! The same seed gives the same model in both formats, bit for bit.
+
+use crate::gguf::{GgufFile, GgufWriter, Value};
+use crate::{Error, Result};
+use hasten_kernels::quant::quantize_row;
+use hasten_kernels::threads::{par_chunks, Threads};
+use hasten_kernels::GgmlType;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::path::Path;
+
+/// The shape and encoding of a synthetic model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fixture {
+    pub qwen2: bool,
+    pub ty: GgmlType,
+    pub dim: usize,
+    pub n_layers: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub ffn_dim: usize,
+    pub vocab_size: usize,
+    pub context_length: usize,
+    pub tied: bool,
+    pub seed: u64,
+    /// Standard deviation of output-matrix weights: larger spreads logits,
+    /// giving comfortable top-1/top-2 margins for golden comparisons.
+    pub output_scale: f32,
+}
+
+impl Fixture {
+    /// A tiny Llama (2 layers, dim 256) over the 32000-token llama-spm vocabulary.
+    pub fn tiny(ty: GgmlType) -> Self {
+        Fixture {
+            qwen2: false,
+            ty,
+            dim: 256,
+            n_layers: 2,
+            n_heads: 4,
+            n_kv_heads: 2,
+            ffn_dim: 512,
+            vocab_size: 32000,
+            context_length: 512,
+            tied: false,
+            seed: 42,
+            output_scale: 0.5,
+        }
+    }
+
+    /// A benchmark shape by name: `135m` (SmolLM2-135M) or `1b` (TinyLlama-1.1B).
+    pub fn shape(name: &str, ty: GgmlType) -> Option<Self> {
+        let (dim, n_layers, n_heads, n_kv_heads, ffn_dim) = match name {
+            "135m" => (576, 30, 9, 3, 1536),
+            "1b" => (2048, 22, 32, 4, 5632),
+            "tiny" => return Some(Self::tiny(ty)),
+            _ => return None,
+        };
+        Some(Fixture { dim, n_layers, n_heads, n_kv_heads, ffn_dim, context_length: 2048, tied: false, output_scale: 0.05, ..Self::tiny(ty) })
+    }
+
+    fn head_dim(&self) -> usize {
+        self.dim / self.n_heads
+    }
+
+    /// Weights in Hugging Face naming and layout: (name, row-major shape, values).
+    pub fn hf_weights(&self) -> Vec<(String, Vec<usize>, Vec<f32>)> {
+        let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
+        let (d, f, kvd) = (self.dim, self.ffn_dim, self.n_kv_heads * self.head_dim());
+        let mut out = Vec::new();
+        let mat = |out: &mut Vec<_>, name: String, rows: usize, cols: usize, std: f32, rng: &mut ChaCha8Rng| {
+            let v = (0..rows * cols).map(|_| gaussian(rng) * std).collect();
+            out.push((name, vec![rows, cols], v));
+        };
+        mat(&mut out, "model.embed_tokens.weight".into(), self.vocab_size, d, 1.0, &mut rng);
+        let w = 1.0 / (d as f32).sqrt();
+        for i in 0..self.n_layers {
+            let p = format!("model.layers.{i}");
+            mat(&mut out, format!("{p}.self_attn.q_proj.weight"), d, d, w * 2.0, &mut rng);
+            mat(&mut out, format!("{p}.self_attn.k_proj.weight"), kvd, d, w * 2.0, &mut rng);
+            mat(&mut out, format!("{p}.self_attn.v_proj.weight"), kvd, d, w, &mut rng);
+            mat(&mut out, format!("{p}.self_attn.o_proj.weight"), d, d, w, &mut rng);
+            mat(&mut out, format!("{p}.mlp.gate_proj.weight"), f, d, w, &mut rng);
+            mat(&mut out, format!("{p}.mlp.up_proj.weight"), f, d, w, &mut rng);
+            mat(&mut out, format!("{p}.mlp.down_proj.weight"), d, f, 1.0 / (f as f32).sqrt(), &mut rng);
+            if self.qwen2 {
+                mat(&mut out, format!("{p}.self_attn.q_proj.bias"), 1, d, 0.1, &mut rng);
+                mat(&mut out, format!("{p}.self_attn.k_proj.bias"), 1, kvd, 0.1, &mut rng);
+                mat(&mut out, format!("{p}.self_attn.v_proj.bias"), 1, kvd, 0.1, &mut rng);
+            }
+            for norm in ["input_layernorm", "post_attention_layernorm"] {
+                let v: Vec<f32> = (0..d).map(|_| 1.0 + 0.1 * gaussian(&mut rng)).collect();
+                out.push((format!("{p}.{norm}.weight"), vec![d], v));
+            }
+        }
+        let v = (0..d).map(|_| 1.0 + 0.1 * gaussian(&mut rng)).collect();
+        out.push(("model.norm.weight".into(), vec![d], v));
+        if !self.tied {
+            let mut rng2 = ChaCha8Rng::seed_from_u64(self.seed ^ 0x5eed);
+            let v = (0..self.vocab_size * d).map(|_| gaussian(&mut rng2) * self.output_scale).collect();
+            out.push(("lm_head.weight".into(), vec![self.vocab_size, d], v));
+        }
+        // Biases are vectors, not [1, n] matrices.
+        for (name, shape, _) in out.iter_mut() {
+            if name.ends_with(".bias") {
+                *shape = vec![shape[1]];
+            }
+        }
+        out
+    }
+
+    fn config_keys(&self, w: &mut GgufWriter) {
+        let a = if self.qwen2 { "qwen2" } else { "llama" };
+        let u = |v: usize| Value::U32(v as u32);
+        w.kv("general.architecture", Value::String(a.into()))
+            .kv("general.name", Value::String(format!("hasten synthetic {a} {}", self.ty)))
+            .kv(&format!("{a}.context_length"), u(self.context_length))
+            .kv(&format!("{a}.embedding_length"), u(self.dim))
+            .kv(&format!("{a}.block_count"), u(self.n_layers))
+            .kv(&format!("{a}.feed_forward_length"), u(self.ffn_dim))
+            .kv(&format!("{a}.attention.head_count"), u(self.n_heads))
+            .kv(&format!("{a}.attention.head_count_kv"), u(self.n_kv_heads))
+            .kv(&format!("{a}.attention.layer_norm_rms_epsilon"), Value::F32(1e-5))
+            .kv(&format!("{a}.rope.freq_base"), Value::F32(10000.0))
+            .kv(&format!("{a}.rope.dimension_count"), u(self.head_dim()))
+            .kv(&format!("{a}.vocab_size"), u(self.vocab_size));
+    }
+
+    /// Writes the model as GGUF, with the `tokenizer.*` metadata of `vocab`
+    /// (a vocab-only GGUF such as testdata's `ggml-vocab-llama-spm.gguf`).
+    pub fn write_gguf(&self, vocab: &Path, out: &Path) -> Result<()> {
+        let v = GgufFile::open(vocab)?;
+        let mut w = GgufWriter::new();
+        self.config_keys(&mut w);
+        for (k, val) in &v.header.metadata {
+            if k.starts_with("tokenizer.") {
+                w.kv(k, val.clone());
+            }
+        }
+        let hd = self.head_dim();
+        for (name, shape, data) in self.hf_weights() {
+            let gname = gguf_name(&name);
+            let data = match name.rsplit('.').nth(1) {
+                Some("q_proj") if !self.qwen2 && name.ends_with("weight") => permute_rows(&data, shape[0] / hd, hd, shape[1]),
+                Some("k_proj") if !self.qwen2 && name.ends_with("weight") => permute_rows(&data, shape[0] / hd, hd, shape[1]),
+                _ => data,
+            };
+            let dims: Vec<usize> = shape.iter().rev().copied().collect();
+            // Norms and biases stay f32, as llama.cpp's quantizer leaves them.
+            let ty = if shape.len() == 1 { GgmlType::F32 } else { self.ty };
+            w.tensor(&gname, &dims, ty, encode(ty, &data, dims[0])?);
+        }
+        let file = std::fs::File::create(out).map_err(|source| Error::Io { path: out.to_owned(), source })?;
+        w.write_to(&mut std::io::BufWriter::new(file)).map_err(|source| Error::Io { path: out.to_owned(), source })
+    }
+
+    /// Writes `config.json` and `model.safetensors` (f32) into `dir`.
+    pub fn write_safetensors(&self, dir: &Path) -> Result<()> {
+        let io = |source| Error::Io { path: dir.to_owned(), source };
+        std::fs::create_dir_all(dir).map_err(io)?;
+        let arch = if self.qwen2 { "Qwen2ForCausalLM" } else { "LlamaForCausalLM" };
+        let config = serde_json::json!({
+            "architectures": [arch], "vocab_size": self.vocab_size, "hidden_size": self.dim,
+            "intermediate_size": self.ffn_dim, "num_hidden_layers": self.n_layers,
+            "num_attention_heads": self.n_heads, "num_key_value_heads": self.n_kv_heads,
+            "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "max_position_embeddings": self.context_length,
+            "tie_word_embeddings": self.tied, "bos_token_id": 1, "eos_token_id": 2,
+        });
+        std::fs::write(dir.join("config.json"), config.to_string()).map_err(io)?;
+        let weights = self.hf_weights();
+        let bytes: Vec<(String, Vec<usize>, Vec<u8>)> =
+            weights.into_iter().map(|(n, s, v)| (n, s, v.iter().flat_map(|x| x.to_le_bytes()).collect())).collect();
+        let views = bytes
+            .iter()
+            .map(|(n, s, b)| safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b).map(|v| (n.clone(), v)))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| Error::Malformed { file: dir.display().to_string(), what: e.to_string() })?;
+        safetensors::tensor::serialize_to_file(views, &None, &dir.join("model.safetensors"))
+            .map_err(|e| Error::Malformed { file: dir.display().to_string(), what: e.to_string() })
+    }
+}
+
+/// Encodes rows of `row_len` values as `ty`, in parallel.
+fn encode(ty: GgmlType, data: &[f32], row_len: usize) -> Result<Vec<u8>> {
+    let rb = ty.row_bytes(row_len)?;
+    let rows = data.len() / row_len;
+    let mut out = vec![0u8; rb * rows];
+    par_chunks(&mut out, rb, Threads::available(), |r0, piece| {
+        for (i, dst) in piece.chunks_exact_mut(rb).enumerate() {
+            let r = r0 + i;
+            // Lengths are consistent by construction.
+            let _ = quantize_row(ty, &data[r * row_len..(r + 1) * row_len], dst);
+        }
+    });
+    Ok(out)
+}
+
+/// llama.cpp's reordering of Q/K rows for its interleaved RoPE: within each
+/// head, row `c * hd/2 + i` (half c, pair i) moves to row `2i + c`.
+fn permute_rows(w: &[f32], n_heads: usize, hd: usize, cols: usize) -> Vec<f32> {
+    let mut out = vec![0f32; w.len()];
+    for h in 0..n_heads {
+        for c in 0..2 {
+            for i in 0..hd / 2 {
+                let src = h * hd + c * (hd / 2) + i;
+                let dst = h * hd + 2 * i + c;
+                out[dst * cols..(dst + 1) * cols].copy_from_slice(&w[src * cols..(src + 1) * cols]);
+            }
+        }
+    }
+    out
+}
+
+/// Hugging Face tensor name to llama.cpp's.
+pub fn gguf_name(hf: &str) -> String {
+    let map = [
+        ("model.embed_tokens.weight", "token_embd.weight"),
+        ("model.norm.weight", "output_norm.weight"),
+        ("lm_head.weight", "output.weight"),
+    ];
+    if let Some((_, g)) = map.iter().find(|(h, _)| *h == hf) {
+        return (*g).to_owned();
+    }
+    let rest = hf.strip_prefix("model.layers.").unwrap_or(hf);
+    let (i, part) = rest.split_once('.').unwrap_or(("0", rest));
+    let part = match part {
+        "input_layernorm.weight" => "attn_norm.weight",
+        "post_attention_layernorm.weight" => "ffn_norm.weight",
+        "self_attn.q_proj.weight" => "attn_q.weight",
+        "self_attn.k_proj.weight" => "attn_k.weight",
+        "self_attn.v_proj.weight" => "attn_v.weight",
+        "self_attn.q_proj.bias" => "attn_q.bias",
+        "self_attn.k_proj.bias" => "attn_k.bias",
+        "self_attn.v_proj.bias" => "attn_v.bias",
+        "self_attn.o_proj.weight" => "attn_output.weight",
+        "mlp.gate_proj.weight" => "ffn_gate.weight",
+        "mlp.up_proj.weight" => "ffn_up.weight",
+        "mlp.down_proj.weight" => "ffn_down.weight",
+        other => other,
+    };
+    format!("blk.{i}.{part}")
+}
+
+/// A standard normal sample (Box-Muller).
+fn gaussian(rng: &mut ChaCha8Rng) -> f32 {
+    let u1: f32 = rng.gen_range(f32::EPSILON..1.0);
+    let u2: f32 = rng.gen();
+    (-2.0 * u1.ln()).sqrt() * (std::f32::consts::TAU * u2).cos()
+}

@@ -1,0 +1,70 @@
+//! One sequence over the batched forward: the simplest user of
+//! [`Model::forward`], for `hasten run`, tests and goldens. Its KV cache is a
+//! private pool whose block table is simply every block in order.
+
+use crate::kv::KvCache;
+use crate::llama::{Model, Scratch, SeqBatch};
+use crate::{Error, Result};
+use hasten_kernels::threads::Threads;
+
+pub const BLOCK_SIZE: usize = 16;
+/// Prompt tokens per forward call during prefill.
+pub const PREFILL_CHUNK: usize = 256;
+
+#[derive(Debug)]
+pub struct Session<'m> {
+    model: &'m Model,
+    kv: KvCache,
+    scratch: Scratch,
+    table: Vec<u32>,
+    pos: usize,
+    threads: Threads,
+}
+
+impl<'m> Session<'m> {
+    /// A session able to hold `max_tokens` positions (capped by the model's context).
+    pub fn new(model: &'m Model, max_tokens: usize, threads: Threads) -> Self {
+        let cap = max_tokens.min(model.config.context_length).max(1);
+        let n_blocks = cap.div_ceil(BLOCK_SIZE);
+        Session {
+            model,
+            kv: KvCache::new(&model.config, n_blocks, BLOCK_SIZE),
+            scratch: Scratch::new(&model.config, PREFILL_CHUNK, 1),
+            table: (0..n_blocks as u32).collect(),
+            pos: 0,
+            threads,
+        }
+    }
+
+    /// Positions filled so far.
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.kv.capacity_tokens()
+    }
+
+    /// Appends `tokens` and returns the logits after the last one.
+    pub fn feed(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        if tokens.is_empty() {
+            return Err(Error::Batch("nothing to feed".into()));
+        }
+        let needed = self.pos + tokens.len();
+        if needed > self.capacity() {
+            return Err(Error::ContextOverflow { needed, max: self.capacity() });
+        }
+        let mut logits = Vec::new();
+        let chunks: Vec<&[u32]> = tokens.chunks(PREFILL_CHUNK).collect();
+        for (i, chunk) in chunks.iter().enumerate() {
+            let last = i + 1 == chunks.len();
+            let batch = [SeqBatch { tokens: chunk, start_pos: self.pos, block_table: &self.table, want_logits: last }];
+            let out = self.model.forward(&batch, &mut self.kv, &mut self.scratch, self.threads)?;
+            if last {
+                logits = out.to_vec();
+            }
+            self.pos += chunk.len();
+        }
+        Ok(logits)
+    }
+}

@@ -1,0 +1,158 @@
+//! End-to-end model tests on generated fixtures: formats agree, batching
+//! and chunking do not change results, and bad input is rejected cleanly.
+
+use hasten_kernels::threads::Threads;
+use hasten_kernels::GgmlType;
+use hasten_model::config::Config;
+use hasten_model::gguf::GgufFile;
+use hasten_model::kv::KvCache;
+use hasten_model::llama::{Model, Naming, Scratch, SeqBatch};
+use hasten_model::safetensors::SafetensorsDir;
+use hasten_model::session::Session;
+use hasten_model::testing::Fixture;
+use std::path::PathBuf;
+
+fn testdata() -> PathBuf {
+    std::env::var_os("HASTEN_TESTDATA").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/testdata"))
+}
+
+fn vocab() -> PathBuf {
+    testdata().join("tokenizer/ggml-vocab-llama-spm.gguf")
+}
+
+fn small(ty: GgmlType, qwen2: bool) -> Fixture {
+    Fixture { qwen2, vocab_size: 32000, ..Fixture::tiny(ty) }
+}
+
+fn gguf_model(fx: &Fixture, dir: &tempfile::TempDir) -> Model {
+    let path = dir.path().join("m.gguf");
+    fx.write_gguf(&vocab(), &path).unwrap();
+    let f = GgufFile::open(&path).unwrap();
+    let c = Config::from_gguf(&f.header, &f.name, 32000).unwrap();
+    Model::load(&f, c, Naming::Gguf).unwrap()
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+const PROMPT: [u32; 9] = [1, 15043, 3186, 29892, 920, 526, 366, 29973, 13];
+
+#[test]
+fn safetensors_and_gguf_give_the_same_logits() {
+    for qwen2 in [false, true] {
+        let fx = small(GgmlType::F32, qwen2);
+        let dir = tempfile::tempdir().unwrap();
+        let g = gguf_model(&fx, &dir);
+        fx.write_safetensors(dir.path()).unwrap();
+        let st = SafetensorsDir::open(dir.path()).unwrap();
+        let c = Config::from_hf_json(&std::fs::read_to_string(dir.path().join("config.json")).unwrap(), "config.json").unwrap();
+        let h = Model::load(&st, c, Naming::HuggingFace).unwrap();
+        let t = Threads::new(2).unwrap();
+        let a = Session::new(&g, 64, t).feed(&PROMPT).unwrap();
+        let b = Session::new(&h, 64, t).feed(&PROMPT).unwrap();
+        let d = max_diff(&a, &b);
+        assert!(d < 1e-3, "qwen2={qwen2}: max logit difference {d}");
+    }
+}
+
+#[test]
+fn chunked_prefill_equals_token_by_token() {
+    let fx = small(GgmlType::Q8_0, false);
+    let dir = tempfile::tempdir().unwrap();
+    let m = gguf_model(&fx, &dir);
+    let t = Threads::new(2).unwrap();
+    let whole = Session::new(&m, 64, t).feed(&PROMPT).unwrap();
+    let mut s = Session::new(&m, 64, t);
+    let mut last = Vec::new();
+    for tok in PROMPT {
+        last = s.feed(&[tok]).unwrap();
+    }
+    assert!(max_diff(&whole, &last) < 1e-3);
+}
+
+#[test]
+fn a_batch_of_sequences_equals_each_alone() {
+    let fx = small(GgmlType::Q4_0, true);
+    let dir = tempfile::tempdir().unwrap();
+    let m = gguf_model(&fx, &dir);
+    let t = Threads::new(2).unwrap();
+    let c = &m.config;
+    let (a, b) = (&PROMPT[..5], &PROMPT[2..9]);
+    let alone_a = Session::new(&m, 64, t).feed(a).unwrap();
+    let alone_b = Session::new(&m, 64, t).feed(b).unwrap();
+    // Both in one forward, with interleaved, out-of-order block tables.
+    let mut kv = KvCache::new(c, 8, 4);
+    let mut s = Scratch::new(c, 32, 2);
+    let batch = [
+        SeqBatch { tokens: a, start_pos: 0, block_table: &[5, 1], want_logits: true },
+        SeqBatch { tokens: b, start_pos: 0, block_table: &[0, 7], want_logits: true },
+    ];
+    let logits = m.forward(&batch, &mut kv, &mut s, t).unwrap().to_vec();
+    let v = c.vocab_size;
+    assert!(max_diff(&logits[..v], &alone_a) < 1e-3);
+    assert!(max_diff(&logits[v..], &alone_b) < 1e-3);
+    // A decode step for one and a prefill continuation for the other, together.
+    let mut sa = Session::new(&m, 64, t);
+    sa.feed(a).unwrap();
+    let step_a = sa.feed(&[42]).unwrap();
+    let batch = [SeqBatch { tokens: &[42], start_pos: 5, block_table: &[5, 1], want_logits: true }];
+    let got = m.forward(&batch, &mut kv, &mut s, t).unwrap().to_vec();
+    assert!(max_diff(&got, &step_a) < 1e-3);
+}
+
+#[test]
+fn bad_batches_are_errors_not_panics() {
+    let fx = small(GgmlType::Q8_0, false);
+    let dir = tempfile::tempdir().unwrap();
+    let m = gguf_model(&fx, &dir);
+    let t = Threads::new(1).unwrap();
+    let mut kv = KvCache::new(&m.config, 2, 4);
+    let mut s = Scratch::new(&m.config, 8, 1);
+    let cases: [(&[u32], usize, &[u32]); 4] = [
+        (&[1, 2, 3, 4, 5], 0, &[0]),  // table too short
+        (&[1, 2], 0, &[9]),           // block outside the pool
+        (&[40000], 0, &[0]),          // token outside the vocabulary
+        (&[1; 9], 0, &[0, 1, 0]),     // more tokens than scratch holds
+    ];
+    for (tokens, start_pos, table) in cases {
+        let batch = [SeqBatch { tokens, start_pos, block_table: table, want_logits: true }];
+        assert!(m.forward(&batch, &mut kv, &mut s, t).is_err(), "{tokens:?} {table:?}");
+    }
+    let mut sess = Session::new(&m, 4, t);
+    let e = sess.feed(&[1, 2, 3, 4, 5]).unwrap_err().to_string();
+    assert!(e.contains("context"), "{e}");
+}
+
+#[test]
+fn missing_tensor_and_wrong_shape_are_named() {
+    use hasten_model::gguf::{GgufWriter, Value};
+    let fx = small(GgmlType::F32, false);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.gguf");
+    fx.write_gguf(&vocab(), &path).unwrap();
+    let f = GgufFile::open(&path).unwrap();
+    // Rebuild the file without one tensor, and with another reshaped.
+    let mut w = GgufWriter::new();
+    for (k, v) in &f.header.metadata {
+        w.kv(k, v.clone());
+    }
+    for t in &f.header.tensors {
+        let (_, data) = f.tensor_bytes(&t.name).unwrap();
+        match t.name.as_str() {
+            "blk.1.ffn_up.weight" => {}
+            _ => {
+                w.tensor(&t.name, &t.dims, t.ty, data.to_vec());
+            }
+        }
+    }
+    let broken = GgufFile::from_bytes("broken.gguf", w.to_bytes()).unwrap();
+    let c = Config::from_gguf(&broken.header, "broken.gguf", 32000).unwrap();
+    let e = Model::load(&broken, c, Naming::Gguf).unwrap_err().to_string();
+    assert!(e.contains("blk.1.ffn_up.weight") && e.contains("broken.gguf"), "{e}");
+    let mut w = GgufWriter::new();
+    w.kv("general.architecture", Value::String("gpt-j".into()));
+    let e = Config::from_gguf(&GgufFile::from_bytes("x.gguf", w.to_bytes()).unwrap().header, "x.gguf", 1).unwrap_err().to_string();
+    assert!(e.contains("gpt-j"), "{e}");
+}
