@@ -18,6 +18,7 @@ pub struct Session<'m> {
     scratch: Scratch,
     table: Vec<u32>,
     pos: usize,
+    cap: usize,
     threads: Threads,
 }
 
@@ -32,6 +33,7 @@ impl<'m> Session<'m> {
             scratch: Scratch::new(&model.config, PREFILL_CHUNK, 1),
             table: (0..n_blocks as u32).collect(),
             pos: 0,
+            cap,
             threads,
         }
     }
@@ -42,7 +44,7 @@ impl<'m> Session<'m> {
     }
 
     pub fn capacity(&self) -> usize {
-        self.kv.capacity_tokens()
+        self.cap
     }
 
     /// Appends `tokens` and returns the logits after the last one.
