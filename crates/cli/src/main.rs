@@ -1,1 +1,44 @@
-fn main() {}
+//! The `hasten` binary: clap subcommands that wire the crates together.
+//! Errors become `anyhow` reports here and nowhere else.
+
+mod run;
+mod synth;
+mod tokenize;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "hasten", version, about = "A latency-first LLM inference stack")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate text from a prompt, streaming it to stdout.
+    Run(run::Args),
+    /// Print the token ids of a text.
+    Tokenize(tokenize::Args),
+    /// Write a synthetic model with random weights (benchmarks, tests).
+    Synth(synth::Args),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run(a) => run::main(a),
+        Command::Tokenize(a) => tokenize::main(a),
+        Command::Synth(a) => synth::main(a),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+/// Validates a `--threads` value (0 means one per core).
+pub(crate) fn threads(n: usize) -> anyhow::Result<hasten_kernels::threads::Threads> {
+    use hasten_kernels::threads::Threads;
+    Ok(if n == 0 { Threads::available() } else { Threads::new(n)? })
+}

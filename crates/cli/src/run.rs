@@ -1,0 +1,170 @@
+//! `hasten run`: load a model, generate from one prompt, stream the text to
+//! stdout, and report load time, TTFT and throughput on stderr.
+
+use anyhow::{bail, Context, Result};
+use hasten_model::chat::{ChatTemplate, Message, FALLBACK_TEMPLATE};
+use hasten_model::detok::{Detokenizer, StopMatcher};
+use hasten_model::loader::load;
+use hasten_model::sampler::{Sampler, SamplingParams};
+use hasten_model::session::Session;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// A GGUF file or a Hugging Face checkpoint directory.
+    #[arg(long)]
+    model: PathBuf,
+    #[arg(long, short)]
+    prompt: String,
+    /// Wrap the prompt in the model's chat template as a user message.
+    #[arg(long)]
+    chat: bool,
+    /// System message for --chat.
+    #[arg(long)]
+    system: Option<String>,
+    #[arg(long, short = 'n', default_value_t = 128)]
+    max_tokens: usize,
+    /// 0 is greedy.
+    #[arg(long, default_value_t = 0.8)]
+    temperature: f32,
+    #[arg(long, default_value_t = 40)]
+    top_k: usize,
+    #[arg(long, default_value_t = 0.95)]
+    top_p: f32,
+    #[arg(long, default_value_t = 0.05)]
+    min_p: f32,
+    #[arg(long, default_value_t = 1.0)]
+    repeat_penalty: f32,
+    #[arg(long, default_value_t = 0.0)]
+    frequency_penalty: f32,
+    #[arg(long, default_value_t = 0.0)]
+    presence_penalty: f32,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Stop before this text (repeatable).
+    #[arg(long)]
+    stop: Vec<String>,
+    /// Worker threads; 0 uses every core.
+    #[arg(long, short = 't', default_value_t = 0)]
+    threads: usize,
+    /// Generate exactly --max-tokens tokens, ignoring end-of-sequence.
+    #[arg(long)]
+    ignore_eos: bool,
+    /// Also print the statistics as one JSON object on the last stderr line.
+    #[arg(long)]
+    json_stats: bool,
+}
+
+pub fn main(a: Args) -> Result<()> {
+    let threads = crate::threads(a.threads)?;
+    let t_load = Instant::now();
+    let lm = load(&a.model).with_context(|| format!("loading {}", a.model.display()))?;
+    let load_ms = t_load.elapsed().as_secs_f64() * 1e3;
+    let tok = &lm.tokenizer;
+    let params = SamplingParams {
+        temperature: a.temperature,
+        top_k: a.top_k,
+        top_p: a.top_p,
+        min_p: a.min_p,
+        repetition_penalty: a.repeat_penalty,
+        frequency_penalty: a.frequency_penalty,
+        presence_penalty: a.presence_penalty,
+        seed: a.seed,
+        ..SamplingParams::default()
+    };
+    params.validate(lm.model.config.vocab_size)?;
+    let prompt = if a.chat {
+        let fallback;
+        let template = match &lm.template {
+            Some(t) => t,
+            None => {
+                fallback = ChatTemplate::new(FALLBACK_TEMPLATE, "", "")?;
+                &fallback
+            }
+        };
+        let mut msgs = Vec::new();
+        if let Some(s) = &a.system {
+            msgs.push(Message::new("system", s));
+        }
+        msgs.push(Message::new("user", &a.prompt));
+        let text = template.render(&msgs, true)?;
+        let has_bos = !template.bos_token.is_empty() && text.starts_with(&template.bos_token);
+        tok.encode(&text, tok.add_bos && !has_bos, true)?
+    } else {
+        tok.encode(&a.prompt, tok.add_bos, false)?
+    };
+    let ctx = lm.model.config.context_length;
+    if prompt.is_empty() {
+        bail!("the prompt is empty after tokenization");
+    }
+    if prompt.len() >= ctx {
+        bail!("the prompt has {} tokens but the model's context holds {ctx}", prompt.len());
+    }
+    let max_new = a.max_tokens.min(ctx - prompt.len());
+    let mut session = Session::new(&lm.model, prompt.len() + max_new, threads);
+    let mut sampler = Sampler::new(params);
+    let mut detok = Detokenizer::new();
+    let mut stops = StopMatcher::new(&a.stop);
+    let mut history = prompt.clone();
+    let mut out = std::io::stdout().lock();
+
+    let t_start = Instant::now();
+    let mut logits = session.feed(&prompt)?;
+    let prefill_s = t_start.elapsed().as_secs_f64();
+    let mut ttft_s = None;
+    let mut generated = 0usize;
+    let mut finish = "length";
+    let t_decode = Instant::now();
+    while generated < max_new {
+        let next = sampler.sample(&mut logits, &history);
+        generated += 1;
+        ttft_s.get_or_insert_with(|| t_start.elapsed().as_secs_f64());
+        if tok.is_eos(next) && !a.ignore_eos {
+            finish = "stop";
+            break;
+        }
+        history.push(next);
+        let shown = stops.push(&detok.push(tok.token_bytes(next)));
+        out.write_all(shown.text.as_bytes())?;
+        out.flush()?;
+        if shown.stopped {
+            finish = "stop";
+            break;
+        }
+        if generated == max_new {
+            break;
+        }
+        logits = session.feed(&[next])?;
+    }
+    if finish == "length" {
+        let rest = detok.flush();
+        let tail = stops.push(&rest);
+        out.write_all(tail.text.as_bytes())?;
+        if !tail.stopped {
+            out.write_all(stops.finish().as_bytes())?;
+        }
+    }
+    writeln!(out)?;
+    let decode_s = t_decode.elapsed().as_secs_f64();
+    // The first sampled token comes from the prefill logits; the rest each cost a decode step.
+    let decode_tokens = generated.saturating_sub(1);
+    let prefill_tps = prompt.len() as f64 / prefill_s.max(1e-9);
+    let decode_tps = if decode_tokens > 0 { decode_tokens as f64 / decode_s.max(1e-9) } else { 0.0 };
+    let ttft_ms = ttft_s.unwrap_or(prefill_s) * 1e3;
+    eprintln!(
+        "load {load_ms:.0} ms | prompt {} tokens, TTFT {ttft_ms:.1} ms, prefill {prefill_tps:.1} tok/s | {generated} tokens generated, decode {decode_tps:.1} tok/s | {} threads | finish {finish}",
+        prompt.len(),
+        threads.get()
+    );
+    if a.json_stats {
+        let stats = serde_json::json!({
+            "load_ms": load_ms, "prompt_tokens": prompt.len(), "ttft_ms": ttft_ms,
+            "prefill_tokens_per_s": prefill_tps, "generated_tokens": generated,
+            "decode_tokens_per_s": decode_tps, "threads": threads.get(), "finish_reason": finish,
+        });
+        eprintln!("{stats}");
+    }
+    Ok(())
+}

@@ -1,0 +1,51 @@
+//! `hasten synth`: write a model of a real architecture's shape with seeded
+//! random weights, so benchmarks and tests need no download.
+
+use anyhow::{anyhow, Result};
+use hasten_kernels::GgmlType;
+use hasten_model::testing::Fixture;
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// tiny (2 layers, dim 256), 135m (SmolLM2-135M shape) or 1b (TinyLlama-1.1B shape).
+    #[arg(long, default_value = "tiny")]
+    shape: String,
+    /// Weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k.
+    #[arg(long = "type", default_value = "q8_0")]
+    ty: String,
+    /// Qwen2 architecture (QKV biases, NeoX RoPE) instead of Llama.
+    #[arg(long)]
+    qwen2: bool,
+    /// Tie the output matrix to the token embeddings.
+    #[arg(long)]
+    tied: bool,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Vocab-only GGUF whose tokenizer the model carries.
+    #[arg(long)]
+    vocab: Option<PathBuf>,
+    /// Where to write the model (`.gguf`), or a directory for `--safetensors`.
+    #[arg(short, long)]
+    output: PathBuf,
+    /// Write a Hugging Face checkpoint (config.json + f32 safetensors) instead.
+    #[arg(long)]
+    safetensors: bool,
+}
+
+pub fn main(a: Args) -> Result<()> {
+    let ty = GgmlType::from_name(&a.ty).ok_or_else(|| anyhow!("unknown type {:?}", a.ty))?;
+    let mut fx = Fixture::shape(&a.shape, ty).ok_or_else(|| anyhow!("unknown shape {:?} (tiny, 135m, 1b)", a.shape))?;
+    fx.qwen2 = a.qwen2;
+    fx.tied = a.tied;
+    fx.seed = a.seed;
+    if a.safetensors {
+        fx.write_safetensors(&a.output)?;
+    } else {
+        let testdata = std::env::var_os("HASTEN_TESTDATA").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("../shared/testdata"));
+        let vocab = a.vocab.unwrap_or_else(|| testdata.join("tokenizer/ggml-vocab-llama-spm.gguf"));
+        fx.write_gguf(&vocab, &a.output)?;
+    }
+    eprintln!("wrote {}", a.output.display());
+    Ok(())
+}
