@@ -32,6 +32,11 @@ pub struct Fixture {
     /// Standard deviation of output-matrix weights: larger spreads logits,
     /// giving comfortable top-1/top-2 margins for golden comparisons.
     pub output_scale: f32,
+    /// Scale of each layer's contribution to the residual stream.
+    pub layer_scale: f32,
+    /// How strongly each token's embedding points at one fixed successor's
+    /// output row (0 = fully random weights).
+    pub bigram: f32,
 }
 
 impl Fixture {
@@ -50,6 +55,8 @@ impl Fixture {
             tied: false,
             seed: 42,
             output_scale: 0.5,
+            layer_scale: 0.3,
+            bigram: 0.45,
         }
     }
 
@@ -61,7 +68,7 @@ impl Fixture {
             "tiny" => return Some(Self::tiny(ty)),
             _ => return None,
         };
-        Some(Fixture { dim, n_layers, n_heads, n_kv_heads, ffn_dim, context_length: 2048, tied: false, output_scale: 0.05, ..Self::tiny(ty) })
+        Some(Fixture { dim, n_layers, n_heads, n_kv_heads, ffn_dim, context_length: 2048, tied: false, output_scale: 0.05, layer_scale: 1.0, bigram: 0.0, ..Self::tiny(ty) })
     }
 
     fn head_dim(&self) -> usize {
@@ -77,17 +84,39 @@ impl Fixture {
             let v = (0..rows * cols).map(|_| gaussian(rng) * std).collect();
             out.push((name, vec![rows, cols], v));
         };
-        mat(&mut out, "model.embed_tokens.weight".into(), self.vocab_size, d, 1.0, &mut rng);
+        let lm_head: Option<Vec<f32>> = (!self.tied).then(|| {
+            let mut rng2 = ChaCha8Rng::seed_from_u64(self.seed ^ 0x5eed);
+            (0..self.vocab_size * d).map(|_| gaussian(&mut rng2) * self.output_scale).collect()
+        });
+        let mut embed: Vec<f32> = (0..self.vocab_size * d).map(|_| gaussian(&mut rng)).collect();
+        if let (Some(w), true) = (&lm_head, self.bigram > 0.0) {
+            // Token t leans toward the output row of succ(t), a fixed permutation:
+            // a "bigram" model whose top logit usually stands clear of the rest.
+            for t in 0..self.vocab_size {
+                let succ = (t * 7919 + 13) % self.vocab_size;
+                let row = &w[succ * d..(succ + 1) * d];
+                let norm = row.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
+                let k = self.bigram * (d as f32).sqrt() / norm;
+                for (e, r) in embed[t * d..(t + 1) * d].iter_mut().zip(row) {
+                    *e += k * r;
+                }
+            }
+        }
+        out.push(("model.embed_tokens.weight".into(), vec![self.vocab_size, d], embed));
         let w = 1.0 / (d as f32).sqrt();
         for i in 0..self.n_layers {
             let p = format!("model.layers.{i}");
-            mat(&mut out, format!("{p}.self_attn.q_proj.weight"), d, d, w * 2.0, &mut rng);
-            mat(&mut out, format!("{p}.self_attn.k_proj.weight"), kvd, d, w * 2.0, &mut rng);
+            // Layer outputs are scaled down so the residual stream is led by the
+            // (exactly dequantized) embedding: perturbations from activation
+            // rounding, which differ between engines, then move logits little.
+            let ls = self.layer_scale;
+            mat(&mut out, format!("{p}.self_attn.q_proj.weight"), d, d, w, &mut rng);
+            mat(&mut out, format!("{p}.self_attn.k_proj.weight"), kvd, d, w, &mut rng);
             mat(&mut out, format!("{p}.self_attn.v_proj.weight"), kvd, d, w, &mut rng);
-            mat(&mut out, format!("{p}.self_attn.o_proj.weight"), d, d, w, &mut rng);
+            mat(&mut out, format!("{p}.self_attn.o_proj.weight"), d, d, w * ls, &mut rng);
             mat(&mut out, format!("{p}.mlp.gate_proj.weight"), f, d, w, &mut rng);
             mat(&mut out, format!("{p}.mlp.up_proj.weight"), f, d, w, &mut rng);
-            mat(&mut out, format!("{p}.mlp.down_proj.weight"), d, f, 1.0 / (f as f32).sqrt(), &mut rng);
+            mat(&mut out, format!("{p}.mlp.down_proj.weight"), d, f, ls / (f as f32).sqrt(), &mut rng);
             if self.qwen2 {
                 mat(&mut out, format!("{p}.self_attn.q_proj.bias"), 1, d, 0.1, &mut rng);
                 mat(&mut out, format!("{p}.self_attn.k_proj.bias"), 1, kvd, 0.1, &mut rng);
@@ -100,9 +129,7 @@ impl Fixture {
         }
         let v = (0..d).map(|_| 1.0 + 0.1 * gaussian(&mut rng)).collect();
         out.push(("model.norm.weight".into(), vec![d], v));
-        if !self.tied {
-            let mut rng2 = ChaCha8Rng::seed_from_u64(self.seed ^ 0x5eed);
-            let v = (0..self.vocab_size * d).map(|_| gaussian(&mut rng2) * self.output_scale).collect();
+        if let Some(v) = lm_head {
             out.push(("lm_head.weight".into(), vec![self.vocab_size, d], v));
         }
         // Biases are vectors, not [1, n] matrices.

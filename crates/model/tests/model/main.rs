@@ -16,7 +16,7 @@ fn testdata() -> PathBuf {
     std::env::var_os("HASTEN_TESTDATA").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/testdata"))
 }
 
-fn vocab() -> PathBuf {
+pub(crate) fn vocab() -> PathBuf {
     testdata().join("tokenizer/ggml-vocab-llama-spm.gguf")
 }
 
@@ -156,3 +156,5 @@ fn missing_tensor_and_wrong_shape_are_named() {
     let e = Config::from_gguf(&GgufFile::from_bytes("x.gguf", w.to_bytes()).unwrap().header, "x.gguf", 1).unwrap_err().to_string();
     assert!(e.contains("gpt-j"), "{e}");
 }
+
+mod llama_cpp;

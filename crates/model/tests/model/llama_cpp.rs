@@ -1,0 +1,107 @@
+//! hasten against llama.cpp on the same fixture files: logits within a
+//! per-type tolerance and identical greedy tokens up to the first step where
+//! the reference's own top-two margin is within that tolerance (beyond it two
+//! correct implementations may legitimately diverge).
+//! Goldens: tools/goldens/model_goldens.py.
+
+use super::vocab;
+use hasten_kernels::threads::Threads;
+use hasten_kernels::GgmlType;
+use hasten_model::config::Config;
+use hasten_model::gguf::GgufFile;
+use hasten_model::llama::{Model, Naming};
+use hasten_model::sampler::argmax;
+use hasten_model::session::Session;
+use hasten_model::testing::Fixture;
+use hasten_model::tokenizer::Tokenizer;
+use serde_json::Value;
+
+const GOLDEN: &str = include_str!("../golden/llama_cpp.json");
+
+/// Largest |hasten - llama.cpp| allowed on a logit, per weight type. llama.cpp
+/// quantizes activations (to f16 for F16 weights, to 8-bit blocks for the
+/// quantized types) before its dot products; hasten's reference keeps them f32.
+fn tolerance(ty: GgmlType) -> f32 {
+    match ty {
+        GgmlType::F32 => 0.01,
+        GgmlType::F16 | GgmlType::BF16 => 0.03,
+        _ => 0.4,
+    }
+}
+
+struct Outcome {
+    compared_steps: usize,
+    max_diff: f32,
+}
+
+fn check_prompt(m: &Model, prompt: &Value, tol: f32) -> Result<Outcome, String> {
+    let tokens: Vec<u32> = prompt["tokens"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect();
+    let steps = prompt["steps"].as_array().unwrap();
+    let mut s = Session::new(m, tokens.len() + steps.len(), Threads::new(2).unwrap());
+    let mut logits = s.feed(&tokens).map_err(|e| e.to_string())?;
+    let mut out = Outcome { compared_steps: 0, max_diff: 0.0 };
+    for (i, step) in steps.iter().enumerate() {
+        let top: Vec<(u32, f32)> = step["top"].as_array().unwrap().iter().map(|p| (p[0].as_u64().unwrap() as u32, p[1].as_f64().unwrap() as f32)).collect();
+        for &(id, want) in &top {
+            let d = (logits[id as usize] - want).abs();
+            out.max_diff = out.max_diff.max(d);
+            if d > tol {
+                return Err(format!("step {i}: logit of token {id} is {} vs llama.cpp {want} (tolerance {tol})", logits[id as usize]));
+            }
+        }
+        out.compared_steps = i + 1;
+        let margin = top[0].1 - top[1].1;
+        if margin <= tol {
+            break;
+        }
+        let ours = argmax(&logits);
+        let theirs = step["token"].as_u64().unwrap() as u32;
+        if ours != theirs {
+            return Err(format!("step {i}: greedy token {ours} vs llama.cpp {theirs} with a reference margin of {margin}"));
+        }
+        logits = s.feed(&[theirs]).map_err(|e| e.to_string())?;
+    }
+    Ok(out)
+}
+
+#[test]
+fn logits_and_greedy_tokens_match_llama_cpp() {
+    let golden: Value = serde_json::from_str(GOLDEN).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut failures = Vec::new();
+    let mut report = Vec::new();
+    for fx in golden["fixtures"].as_array().unwrap() {
+        let name = fx["name"].as_str().unwrap();
+        let args: Vec<&str> = fx["synth_args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+        let ty = GgmlType::from_name(args[1]).unwrap();
+        let fixture = Fixture { qwen2: args.contains(&"--qwen2"), ..Fixture::tiny(ty) };
+        let path = dir.path().join(format!("{name}.gguf"));
+        fixture.write_gguf(&vocab(), &path).unwrap();
+        let f = GgufFile::open(&path).unwrap();
+        let c = Config::from_gguf(&f.header, &f.name, 32000).unwrap();
+        let m = Model::load(&f, c, Naming::Gguf).unwrap();
+        let tok = Tokenizer::from_gguf(&f.header, &f.name).unwrap();
+        let mut compared = 0;
+        for p in fx["prompts"].as_array().unwrap() {
+            let text = p["text"].as_str().unwrap();
+            let want: Vec<u32> = p["tokens"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect();
+            if tok.encode(text, true, false).unwrap() != want {
+                failures.push(format!("{name} {text:?}: tokenization differs from llama.cpp's"));
+            }
+            match check_prompt(&m, p, tolerance(ty)) {
+                Ok(o) => {
+                    compared += o.compared_steps;
+                    report.push(format!("{name} {text:?}: {} steps, max |diff| {:.4}", o.compared_steps, o.max_diff));
+                }
+                Err(e) => failures.push(format!("{name} {text:?}: {e}")),
+            }
+        }
+        // Fixture weights keep margins comfortable; a fixture that lets the
+        // comparison stop almost at once would test nothing.
+        if compared < 60 {
+            failures.push(format!("{name}: only {compared} greedy steps were comparable"));
+        }
+    }
+    eprintln!("{}", report.join("\n"));
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
