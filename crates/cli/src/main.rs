@@ -8,7 +8,11 @@ mod tokenize;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "hasten", version, about = "A latency-first LLM inference stack")]
+#[command(
+    name = "hasten",
+    version,
+    about = "A latency-first LLM inference stack"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -40,5 +44,9 @@ fn main() {
 /// Validates a `--threads` value (0 means one per core).
 pub(crate) fn threads(n: usize) -> anyhow::Result<hasten_kernels::threads::Threads> {
     use hasten_kernels::threads::Threads;
-    Ok(if n == 0 { Threads::available() } else { Threads::new(n)? })
+    Ok(if n == 0 {
+        Threads::available()
+    } else {
+        Threads::new(n)?
+    })
 }

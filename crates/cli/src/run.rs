@@ -100,7 +100,10 @@ pub fn main(a: Args) -> Result<()> {
         bail!("the prompt is empty after tokenization");
     }
     if prompt.len() >= ctx {
-        bail!("the prompt has {} tokens but the model's context holds {ctx}", prompt.len());
+        bail!(
+            "the prompt has {} tokens but the model's context holds {ctx}",
+            prompt.len()
+        );
     }
     let max_new = a.max_tokens.min(ctx - prompt.len());
     let mut session = Session::new(&lm.model, prompt.len() + max_new, threads);
@@ -151,7 +154,11 @@ pub fn main(a: Args) -> Result<()> {
     // The first sampled token comes from the prefill logits; the rest each cost a decode step.
     let decode_tokens = generated.saturating_sub(1);
     let prefill_tps = prompt.len() as f64 / prefill_s.max(1e-9);
-    let decode_tps = if decode_tokens > 0 { decode_tokens as f64 / decode_s.max(1e-9) } else { 0.0 };
+    let decode_tps = if decode_tokens > 0 {
+        decode_tokens as f64 / decode_s.max(1e-9)
+    } else {
+        0.0
+    };
     let ttft_ms = ttft_s.unwrap_or(prefill_s) * 1e3;
     eprintln!(
         "load {load_ms:.0} ms | prompt {} tokens, TTFT {ttft_ms:.1} ms, prefill {prefill_tps:.1} tok/s | {generated} tokens generated, decode {decode_tps:.1} tok/s | {} threads | finish {finish}",

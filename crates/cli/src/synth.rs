@@ -35,15 +35,20 @@ pub struct Args {
 
 pub fn main(a: Args) -> Result<()> {
     let ty = GgmlType::from_name(&a.ty).ok_or_else(|| anyhow!("unknown type {:?}", a.ty))?;
-    let mut fx = Fixture::shape(&a.shape, ty).ok_or_else(|| anyhow!("unknown shape {:?} (tiny, 135m, 1b)", a.shape))?;
+    let mut fx = Fixture::shape(&a.shape, ty)
+        .ok_or_else(|| anyhow!("unknown shape {:?} (tiny, 135m, 1b)", a.shape))?;
     fx.qwen2 = a.qwen2;
     fx.tied = a.tied;
     fx.seed = a.seed;
     if a.safetensors {
         fx.write_safetensors(&a.output)?;
     } else {
-        let testdata = std::env::var_os("HASTEN_TESTDATA").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("../shared/testdata"));
-        let vocab = a.vocab.unwrap_or_else(|| testdata.join("tokenizer/ggml-vocab-llama-spm.gguf"));
+        let testdata = std::env::var_os("HASTEN_TESTDATA")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("../shared/testdata"));
+        let vocab = a
+            .vocab
+            .unwrap_or_else(|| testdata.join("tokenizer/ggml-vocab-llama-spm.gguf"));
         fx.write_gguf(&vocab, &a.output)?;
     }
     eprintln!("wrote {}", a.output.display());

@@ -27,7 +27,8 @@ pub struct Args {
 
 pub fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
     if path.is_dir() {
-        let json = std::fs::read_to_string(path.join("tokenizer.json")).with_context(|| format!("reading {}/tokenizer.json", path.display()))?;
+        let json = std::fs::read_to_string(path.join("tokenizer.json"))
+            .with_context(|| format!("reading {}/tokenizer.json", path.display()))?;
         return Ok(Tokenizer::from_hf_json(&json, None, &[], false)?);
     }
     let f = GgufFile::open(path)?;
@@ -40,7 +41,9 @@ pub fn main(a: Args) -> Result<()> {
         Some(t) => t,
         None => {
             let mut s = String::new();
-            std::io::stdin().read_to_string(&mut s).context("reading stdin")?;
+            std::io::stdin()
+                .read_to_string(&mut s)
+                .context("reading stdin")?;
             s
         }
     };
@@ -50,7 +53,10 @@ pub fn main(a: Args) -> Result<()> {
             println!("{id}\t{:?}", tok.piece(id));
         }
     } else {
-        println!("{}", ids.iter().map(u32::to_string).collect::<Vec<_>>().join(" "));
+        println!(
+            "{}",
+            ids.iter().map(u32::to_string).collect::<Vec<_>>().join(" ")
+        );
     }
     Ok(())
 }

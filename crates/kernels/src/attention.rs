@@ -33,7 +33,16 @@ impl PagedKv<'_> {
 /// Attention of query `q` (`n_heads * head_dim`) over positions `0..n_ctx`
 /// of the sequence whose blocks are `table`. `scores` must hold `n_ctx`
 /// values; `out` receives `n_heads * head_dim` values.
-pub fn attend(q: &[f32], kv: &PagedKv<'_>, table: &[u32], n_ctx: usize, n_heads: usize, scale: f32, scores: &mut [f32], out: &mut [f32]) {
+pub fn attend(
+    q: &[f32],
+    kv: &PagedKv<'_>,
+    table: &[u32],
+    n_ctx: usize,
+    n_heads: usize,
+    scale: f32,
+    scores: &mut [f32],
+    out: &mut [f32],
+) {
     let hd = kv.head_dim;
     let group = n_heads / kv.n_kv_heads;
     let scores = &mut scores[..n_ctx];
@@ -91,16 +100,58 @@ mod tests {
         let mut scores = vec![0.0; n_ctx];
         let mut o1 = vec![0.0; nh * hd];
         let mut o2 = o1.clone();
-        let paged = PagedKv { k: &ks, v: &vs, block_size: bs, n_kv_heads: nkv, head_dim: hd };
-        attend(&q, &paged, &table_scrambled, n_ctx, nh, 0.35, &mut scores, &mut o1);
-        let contiguous = PagedKv { k: &kc, v: &vc, block_size: bs, n_kv_heads: nkv, head_dim: hd };
-        attend(&q, &contiguous, &[0, 1, 2], n_ctx, nh, 0.35, &mut scores, &mut o2);
+        let paged = PagedKv {
+            k: &ks,
+            v: &vs,
+            block_size: bs,
+            n_kv_heads: nkv,
+            head_dim: hd,
+        };
+        attend(
+            &q,
+            &paged,
+            &table_scrambled,
+            n_ctx,
+            nh,
+            0.35,
+            &mut scores,
+            &mut o1,
+        );
+        let contiguous = PagedKv {
+            k: &kc,
+            v: &vc,
+            block_size: bs,
+            n_kv_heads: nkv,
+            head_dim: hd,
+        };
+        attend(
+            &q,
+            &contiguous,
+            &[0, 1, 2],
+            n_ctx,
+            nh,
+            0.35,
+            &mut scores,
+            &mut o2,
+        );
         assert_eq!(o1, o2);
         // One position: output is exactly V of that position.
-        attend(&q, &paged, &table_scrambled, 1, nh, 0.35, &mut scores, &mut o1);
+        attend(
+            &q,
+            &paged,
+            &table_scrambled,
+            1,
+            nh,
+            0.35,
+            &mut scores,
+            &mut o1,
+        );
         for h in 0..nh {
             for i in 0..hd {
-                assert_eq!(o1[h * hd + i], vs[3 * bs * kv_dim + (h / 3) * hd + i].to_f32());
+                assert_eq!(
+                    o1[h * hd + i],
+                    vs[3 * bs * kv_dim + (h / 3) * hd + i].to_f32()
+                );
             }
         }
     }

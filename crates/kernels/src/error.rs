@@ -5,10 +5,19 @@
 pub enum Error {
     /// A row length is not a multiple of the type's block size.
     #[error("{ty}: row length {len} is not a multiple of the block size {block}")]
-    RowNotBlockMultiple { ty: &'static str, len: usize, block: usize },
+    RowNotBlockMultiple {
+        ty: &'static str,
+        len: usize,
+        block: usize,
+    },
     /// A byte buffer does not hold exactly the data its shape implies.
     #[error("{ty}: expected {expected} bytes for {elements} elements, got {got}")]
-    ByteLength { ty: &'static str, elements: usize, expected: usize, got: usize },
+    ByteLength {
+        ty: &'static str,
+        elements: usize,
+        expected: usize,
+        got: usize,
+    },
     /// Two operands disagree on a dimension.
     #[error("shape mismatch in {op}: {detail}")]
     Shape { op: &'static str, detail: String },

@@ -23,9 +23,19 @@ impl<'a> WeightMatrix<'a> {
     pub fn new(ty: GgmlType, rows: usize, cols: usize, data: &'a [u8]) -> Result<Self> {
         let row_bytes = ty.row_bytes(cols)?;
         if row_bytes * rows != data.len() {
-            return Err(Error::ByteLength { ty: ty.name(), elements: rows * cols, expected: row_bytes * rows, got: data.len() });
+            return Err(Error::ByteLength {
+                ty: ty.name(),
+                elements: rows * cols,
+                expected: row_bytes * rows,
+                got: data.len(),
+            });
         }
-        Ok(WeightMatrix { ty, rows, cols, data })
+        Ok(WeightMatrix {
+            ty,
+            rows,
+            cols,
+            data,
+        })
     }
 
     /// The bytes of row `r`.
@@ -51,7 +61,13 @@ pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads
     if x.len() != n * w.cols || out.len() != n * w.rows {
         return Err(Error::Shape {
             op: "matmul",
-            detail: format!("weight [{}, {}], x len {}, out len {}", w.rows, w.cols, x.len(), out.len()),
+            detail: format!(
+                "weight [{}, {}], x len {}, out len {}",
+                w.rows,
+                w.cols,
+                x.len(),
+                out.len()
+            ),
         });
     }
     if n == 1 {
@@ -63,7 +79,9 @@ pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads
     let mut tmp = SCRATCH.with(|s| std::mem::take(&mut s.borrow_mut().1));
     tmp.clear();
     tmp.resize(w.rows * n, 0.0);
-    par_chunks(&mut tmp, n, threads, |r0, piece| rows_dot(w, x, r0, piece, n));
+    par_chunks(&mut tmp, n, threads, |r0, piece| {
+        rows_dot(w, x, r0, piece, n)
+    });
     for r in 0..w.rows {
         for t in 0..n {
             out[t * w.rows + r] = tmp[r * n + t];
@@ -119,7 +137,9 @@ mod tests {
         let mut out = vec![0.0; n * rows];
         for t in 0..n {
             for r in 0..rows {
-                out[t * rows + r] = (0..cols).map(|c| wf[r * cols + c] as f64 * x[t * cols + c] as f64).sum::<f64>() as f32;
+                out[t * rows + r] = (0..cols)
+                    .map(|c| wf[r * cols + c] as f64 * x[t * cols + c] as f64)
+                    .sum::<f64>() as f32;
             }
         }
         out
@@ -135,12 +155,18 @@ mod tests {
                 let mut wq = vec![0u8; ty.row_bytes(cols).unwrap() * rows];
                 let rb = ty.row_bytes(cols).unwrap();
                 for r in 0..rows {
-                    quantize_row(ty, &wsrc[r * cols..(r + 1) * cols], &mut wq[r * rb..(r + 1) * rb]).unwrap();
+                    quantize_row(
+                        ty,
+                        &wsrc[r * cols..(r + 1) * cols],
+                        &mut wq[r * rb..(r + 1) * rb],
+                    )
+                    .unwrap();
                 }
                 let w = WeightMatrix::new(ty, rows, cols, &wq).unwrap();
                 let mut wf = vec![0.0; rows * cols];
                 for r in 0..rows {
-                    w.dequantize_row(r, &mut wf[r * cols..(r + 1) * cols]).unwrap();
+                    w.dequantize_row(r, &mut wf[r * cols..(r + 1) * cols])
+                        .unwrap();
                 }
                 let x: Vec<f32> = (0..n * cols).map(|_| rng.gen_range(-1.0..1.0)).collect();
                 let want = naive(&wf, rows, cols, &x);

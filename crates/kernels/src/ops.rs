@@ -33,7 +33,13 @@ pub struct Rope {
 impl Rope {
     /// `freq_scale` is 1/factor for linear scaling; `freq_factors` (llama3
     /// scaling, one per pair) divide the angle as in ggml's `rope_freqs`.
-    pub fn new(style: RopeStyle, head_dim: usize, base: f32, freq_scale: f32, freq_factors: Option<&[f32]>) -> Self {
+    pub fn new(
+        style: RopeStyle,
+        head_dim: usize,
+        base: f32,
+        freq_scale: f32,
+        freq_factors: Option<&[f32]>,
+    ) -> Self {
         let pairs = head_dim / 2;
         // ggml: theta_scale = powf(base, -2/n_dims), theta_i = pos * theta_scale^i.
         let theta_scale = base.powf(-2.0 / head_dim as f32);

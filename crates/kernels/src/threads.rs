@@ -24,7 +24,9 @@ impl Threads {
 
     /// One thread per available core.
     pub fn available() -> Self {
-        let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let n = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
         Threads(n.min(MAX_THREADS))
     }
 
@@ -36,7 +38,12 @@ impl Threads {
 /// Splits `out` into at most `threads` contiguous pieces, each a whole number
 /// of `unit`-sized items, and calls `f(first_item_index, piece)` for each piece
 /// on its own thread. Runs inline when one thread suffices.
-pub fn par_chunks<T: Send>(out: &mut [T], unit: usize, threads: Threads, f: impl Fn(usize, &mut [T]) + Sync) {
+pub fn par_chunks<T: Send>(
+    out: &mut [T],
+    unit: usize,
+    threads: Threads,
+    f: impl Fn(usize, &mut [T]) + Sync,
+) {
     let items = out.len() / unit.max(1);
     let n = threads.get().min(items).max(1);
     if n == 1 {
@@ -87,7 +94,10 @@ mod tests {
                     }
                 });
                 for (i, item) in v.chunks(3).enumerate() {
-                    assert!(item.iter().all(|&x| x == i + 1), "threads={threads} len={len}");
+                    assert!(
+                        item.iter().all(|&x| x == i + 1),
+                        "threads={threads} len={len}"
+                    );
                 }
             }
         }

@@ -17,7 +17,10 @@ pub struct Message {
 
 impl Message {
     pub fn new(role: &str, content: &str) -> Self {
-        Message { role: role.to_owned(), content: content.to_owned() }
+        Message {
+            role: role.to_owned(),
+            content: content.to_owned(),
+        }
     }
 }
 
@@ -30,7 +33,9 @@ pub struct ChatTemplate {
 
 impl std::fmt::Debug for ChatTemplate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ChatTemplate").field("bos_token", &self.bos_token).finish()
+        f.debug_struct("ChatTemplate")
+            .field("bos_token", &self.bos_token)
+            .finish()
     }
 }
 
@@ -44,9 +49,24 @@ fn raise_exception(msg: String) -> std::result::Result<Value, minijinja::Error> 
 fn strftime_now(fmt: String) -> String {
     // Templates use this for "today's date" lines; a fixed clock keeps prompts
     // (and prefix-cache keys) stable across a day, so format today's UTC date.
-    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
     let (y, m, d) = civil_from_days((secs / 86_400) as i64);
-    const MONTHS: [&str; 12] = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November", "December"];
+    const MONTHS: [&str; 12] = [
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
+    ];
     let month = MONTHS[(m - 1) as usize];
     fmt.replace("%d", &format!("{d:02}"))
         .replace("%m", &format!("{m:02}"))
@@ -77,14 +97,22 @@ impl ChatTemplate {
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
-        env.add_template_owned("chat", source.to_owned()).map_err(|e| Error::Template(format!("{e:#}")))?;
-        Ok(ChatTemplate { env, bos_token: bos_token.to_owned(), eos_token: eos_token.to_owned() })
+        env.add_template_owned("chat", source.to_owned())
+            .map_err(|e| Error::Template(format!("{e:#}")))?;
+        Ok(ChatTemplate {
+            env,
+            bos_token: bos_token.to_owned(),
+            eos_token: eos_token.to_owned(),
+        })
     }
 
     /// Renders a conversation. Errors raised by the template itself (e.g.
     /// "roles must alternate") come back as [`Error::Template`] with its message.
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
-        let tmpl = self.env.get_template("chat").map_err(|e| Error::Template(e.to_string()))?;
+        let tmpl = self
+            .env
+            .get_template("chat")
+            .map_err(|e| Error::Template(e.to_string()))?;
         let ctx = minijinja::context! {
             messages => messages,
             add_generation_prompt => add_generation_prompt,
@@ -92,7 +120,9 @@ impl ChatTemplate {
             eos_token => self.eos_token,
         };
         tmpl.render(ctx).map_err(|e| match e.kind() {
-            ErrorKind::InvalidOperation => Error::Template(e.detail().unwrap_or("template raised an error").to_owned()),
+            ErrorKind::InvalidOperation => {
+                Error::Template(e.detail().unwrap_or("template raised an error").to_owned())
+            }
             _ => Error::Template(format!("{e:#}")),
         })
     }
@@ -127,7 +157,10 @@ mod tests {
             match (&c.expected, &c.error, got) {
                 (Some(want), _, Ok(got)) if *want == got => {}
                 (_, Some(want), Err(Error::Template(got))) if got.contains(want.as_str()) => {}
-                (want, err, got) => failures.push(format!("{} / {}:\n want {want:?} {err:?}\n got  {got:?}", c.template, c.label)),
+                (want, err, got) => failures.push(format!(
+                    "{} / {}:\n want {want:?} {err:?}\n got  {got:?}",
+                    c.template, c.label
+                )),
             }
         }
         assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -135,7 +168,10 @@ mod tests {
 
     #[test]
     fn syntax_errors_surface_at_load() {
-        assert!(matches!(ChatTemplate::new("{% if %}", "", ""), Err(Error::Template(_))));
+        assert!(matches!(
+            ChatTemplate::new("{% if %}", "", ""),
+            Err(Error::Template(_))
+        ));
     }
 
     #[test]

@@ -56,15 +56,32 @@ impl Config {
     }
 
     fn validate(self, file: &str) -> Result<Self> {
-        let bad = |what: String| Err(Error::Config { file: file.to_owned(), what });
-        if self.dim == 0 || self.n_layers == 0 || self.n_heads == 0 || self.n_kv_heads == 0 || self.ffn_dim == 0 || self.vocab_size == 0 {
+        let bad = |what: String| {
+            Err(Error::Config {
+                file: file.to_owned(),
+                what,
+            })
+        };
+        if self.dim == 0
+            || self.n_layers == 0
+            || self.n_heads == 0
+            || self.n_kv_heads == 0
+            || self.ffn_dim == 0
+            || self.vocab_size == 0
+        {
             return bad(format!("zero dimension in {self:?}"));
         }
-        if self.n_heads % self.n_kv_heads != 0 {
-            return bad(format!("{} heads is not a multiple of {} KV heads", self.n_heads, self.n_kv_heads));
+        if !self.n_heads.is_multiple_of(self.n_kv_heads) {
+            return bad(format!(
+                "{} heads is not a multiple of {} KV heads",
+                self.n_heads, self.n_kv_heads
+            ));
         }
-        if self.head_dim == 0 || self.head_dim % 2 != 0 {
-            return bad(format!("head dimension {} must be even and positive", self.head_dim));
+        if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
+            return bad(format!(
+                "head dimension {} must be even and positive",
+                self.head_dim
+            ));
         }
         if self.dim > 1 << 20 || self.n_layers > 4096 || self.context_length > 1 << 24 {
             return bad("dimensions are implausibly large".into());
@@ -82,18 +99,30 @@ impl Config {
         let arch = match arch_name {
             "llama" | "mistral" => Arch::Llama,
             "qwen2" => Arch::Qwen2,
-            other => return Err(Error::UnknownArchitecture { file: file.to_owned(), arch: other.to_owned() }),
+            other => {
+                return Err(Error::UnknownArchitecture {
+                    file: file.to_owned(),
+                    arch: other.to_owned(),
+                })
+            }
         };
         let k = |s: &str| format!("{arch_name}.{s}");
         let dim = usize_key(h, file, &k("embedding_length"))?;
         let n_heads = usize_key(h, file, &k("attention.head_count"))?;
         let n_kv_heads = opt_usize(h, file, &k("attention.head_count_kv"))?.unwrap_or(n_heads);
-        let head_dim = opt_usize(h, file, &k("attention.key_length"))?.unwrap_or(if n_heads > 0 { dim / n_heads } else { 0 });
+        let head_dim = opt_usize(h, file, &k("attention.key_length"))?
+            .unwrap_or(dim.checked_div(n_heads).unwrap_or(0));
         let rope_dims = opt_usize(h, file, &k("rope.dimension_count"))?.unwrap_or(head_dim);
         if rope_dims != head_dim {
-            return Err(Error::Config { file: file.to_owned(), what: format!("partial RoPE ({rope_dims} of {head_dim} dims) is not supported") });
+            return Err(Error::Config {
+                file: file.to_owned(),
+                what: format!("partial RoPE ({rope_dims} of {head_dim} dims) is not supported"),
+            });
         }
-        let scaling = h.get(&k("rope.scaling.type")).and_then(|v| v.as_str()).unwrap_or("none");
+        let scaling = h
+            .get(&k("rope.scaling.type"))
+            .and_then(|v| v.as_str())
+            .unwrap_or("none");
         let rope_freq_scale = match scaling {
             "linear" => 1.0 / opt_f32(h, file, &k("rope.scaling.factor"))?.unwrap_or(1.0),
             // llama3 scaling is carried by the `rope_freqs.weight` tensor.
@@ -124,15 +153,32 @@ impl Config {
 
     /// Resolves a Hugging Face `config.json`.
     pub fn from_hf_json(json: &str, file: &str) -> Result<Self> {
-        let c: HfConfig = serde_json::from_str(json).map_err(|e| Error::Config { file: file.to_owned(), what: e.to_string() })?;
-        let arch_name = c.architectures.first().cloned().or(c.model_type.clone()).unwrap_or_default();
+        let c: HfConfig = serde_json::from_str(json).map_err(|e| Error::Config {
+            file: file.to_owned(),
+            what: e.to_string(),
+        })?;
+        let arch_name = c
+            .architectures
+            .first()
+            .cloned()
+            .or(c.model_type.clone())
+            .unwrap_or_default();
         let arch = match arch_name.as_str() {
             "LlamaForCausalLM" | "MistralForCausalLM" | "llama" | "mistral" => Arch::Llama,
             "Qwen2ForCausalLM" | "qwen2" => Arch::Qwen2,
-            other => return Err(Error::UnknownArchitecture { file: file.to_owned(), arch: other.to_owned() }),
+            other => {
+                return Err(Error::UnknownArchitecture {
+                    file: file.to_owned(),
+                    arch: other.to_owned(),
+                })
+            }
         };
         let n_kv_heads = c.num_key_value_heads.unwrap_or(c.num_attention_heads);
-        let head_dim = c.head_dim.unwrap_or(if c.num_attention_heads > 0 { c.hidden_size / c.num_attention_heads } else { 0 });
+        let head_dim = c.head_dim.unwrap_or(
+            c.hidden_size
+                .checked_div(c.num_attention_heads)
+                .unwrap_or(0),
+        );
         let rope_base = c.rope_theta.unwrap_or(10000.0);
         let (mut freq_scale, mut factors) = (1.0, None);
         if let Some(s) = &c.rope_scaling {
@@ -140,7 +186,12 @@ impl Config {
                 Some("linear") => freq_scale = 1.0 / s.factor.unwrap_or(1.0),
                 Some("llama3") => factors = Some(llama3_freq_factors(head_dim, rope_base, s)),
                 Some("default") | None => {}
-                Some(other) => return Err(Error::Config { file: file.to_owned(), what: format!("rope_scaling type {other:?} is not supported") }),
+                Some(other) => {
+                    return Err(Error::Config {
+                        file: file.to_owned(),
+                        what: format!("rope_scaling type {other:?} is not supported"),
+                    })
+                }
             }
         }
         Config {
@@ -224,8 +275,15 @@ pub fn llama3_freq_factors(head_dim: usize, base: f32, s: &RopeScaling) -> Vec<f
 }
 
 fn str_key<'a>(h: &'a GgufHeader, file: &str, key: &str) -> Result<&'a str> {
-    let v = h.get(key).ok_or_else(|| Error::MissingKey { file: file.to_owned(), key: key.to_owned() })?;
-    v.as_str().ok_or_else(|| Error::KeyType { file: file.to_owned(), key: key.to_owned(), want: "string" })
+    let v = h.get(key).ok_or_else(|| Error::MissingKey {
+        file: file.to_owned(),
+        key: key.to_owned(),
+    })?;
+    v.as_str().ok_or_else(|| Error::KeyType {
+        file: file.to_owned(),
+        key: key.to_owned(),
+        want: "string",
+    })
 }
 
 fn opt_usize(h: &GgufHeader, file: &str, key: &str) -> Result<Option<usize>> {
@@ -235,17 +293,31 @@ fn opt_usize(h: &GgufHeader, file: &str, key: &str) -> Result<Option<usize>> {
             .as_u64()
             .and_then(|x| usize::try_from(x).ok())
             .map(Some)
-            .ok_or_else(|| Error::KeyType { file: file.to_owned(), key: key.to_owned(), want: "unsigned integer" }),
+            .ok_or_else(|| Error::KeyType {
+                file: file.to_owned(),
+                key: key.to_owned(),
+                want: "unsigned integer",
+            }),
     }
 }
 
 fn usize_key(h: &GgufHeader, file: &str, key: &str) -> Result<usize> {
-    opt_usize(h, file, key)?.ok_or_else(|| Error::MissingKey { file: file.to_owned(), key: key.to_owned() })
+    opt_usize(h, file, key)?.ok_or_else(|| Error::MissingKey {
+        file: file.to_owned(),
+        key: key.to_owned(),
+    })
 }
 
 fn opt_f32(h: &GgufHeader, file: &str, key: &str) -> Result<Option<f32>> {
     match h.get(key) {
         None => Ok(None),
-        Some(v) => v.as_f64().map(|x| Some(x as f32)).ok_or_else(|| Error::KeyType { file: file.to_owned(), key: key.to_owned(), want: "number" }),
+        Some(v) => v
+            .as_f64()
+            .map(|x| Some(x as f32))
+            .ok_or_else(|| Error::KeyType {
+                file: file.to_owned(),
+                key: key.to_owned(),
+                want: "number",
+            }),
     }
 }

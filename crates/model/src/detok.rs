@@ -79,19 +79,32 @@ pub struct StopOutput {
 impl StopMatcher {
     /// Empty stop strings are ignored.
     pub fn new(stops: &[String]) -> Self {
-        StopMatcher { stops: stops.iter().filter(|s| !s.is_empty()).cloned().collect(), held: String::new() }
+        StopMatcher {
+            stops: stops.iter().filter(|s| !s.is_empty()).cloned().collect(),
+            held: String::new(),
+        }
     }
 
     pub fn push(&mut self, text: &str) -> StopOutput {
         self.held.push_str(text);
         if self.stops.is_empty() {
-            return StopOutput { text: std::mem::take(&mut self.held), stopped: false };
+            return StopOutput {
+                text: std::mem::take(&mut self.held),
+                stopped: false,
+            };
         }
-        let first = self.stops.iter().filter_map(|s| self.held.find(s.as_str())).min();
+        let first = self
+            .stops
+            .iter()
+            .filter_map(|s| self.held.find(s.as_str()))
+            .min();
         if let Some(i) = first {
             let text = self.held[..i].to_owned();
             self.held.clear();
-            return StopOutput { text, stopped: true };
+            return StopOutput {
+                text,
+                stopped: true,
+            };
         }
         // Hold back the longest suffix that is a proper prefix of a stop string.
         let mut keep = 0;
@@ -107,7 +120,10 @@ impl StopMatcher {
         let cut = self.held.len() - keep;
         let text = self.held[..cut].to_owned();
         self.held.drain(..cut);
-        StopOutput { text, stopped: false }
+        StopOutput {
+            text,
+            stopped: false,
+        }
     }
 
     /// Text held back when generation ends without a stop.
@@ -171,6 +187,12 @@ mod tests {
     #[test]
     fn earliest_stop_wins() {
         let mut m = StopMatcher::new(&["bb".to_owned(), "a".to_owned()]);
-        assert_eq!(m.push("xbbya"), StopOutput { text: "x".into(), stopped: true });
+        assert_eq!(
+            m.push("xbbya"),
+            StopOutput {
+                text: "x".into(),
+                stopped: true
+            }
+        );
     }
 }

@@ -6,27 +6,47 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{file}: not a GGUF file (magic {magic:?})")]
     BadMagic { file: String, magic: [u8; 4] },
     #[error("{file}: GGUF version {version} is not supported (2 and 3 are)")]
     UnsupportedVersion { file: String, version: u32 },
     #[error("{file}: truncated while reading {what} at byte {offset}")]
-    Truncated { file: String, what: String, offset: usize },
+    Truncated {
+        file: String,
+        what: String,
+        offset: usize,
+    },
     #[error("{file}: {what}")]
     Malformed { file: String, what: String },
     #[error("{file}: metadata key {key:?} is not valid UTF-8")]
     InvalidUtf8 { file: String, key: String },
     #[error("{file}: tensor {tensor:?} has type {type_name}, which hasten does not support")]
-    UnsupportedTensorType { file: String, tensor: String, type_name: String },
+    UnsupportedTensorType {
+        file: String,
+        tensor: String,
+        type_name: String,
+    },
     #[error("{file}: missing metadata key {key:?}")]
     MissingKey { file: String, key: String },
     #[error("{file}: metadata key {key:?} has the wrong type (want {want})")]
-    KeyType { file: String, key: String, want: &'static str },
+    KeyType {
+        file: String,
+        key: String,
+        want: &'static str,
+    },
     #[error("{file}: missing tensor {tensor:?}")]
     MissingTensor { file: String, tensor: String },
     #[error("{file}: tensor {tensor:?} has shape {got:?}, expected {want:?}")]
-    TensorShape { file: String, tensor: String, got: Vec<usize>, want: Vec<usize> },
+    TensorShape {
+        file: String,
+        tensor: String,
+        got: Vec<usize>,
+        want: Vec<usize>,
+    },
     #[error("{file}: architecture {arch:?} is not supported (llama, qwen2 and mistral are)")]
     UnknownArchitecture { file: String, arch: String },
     #[error("{file}: invalid model configuration: {what}")]

@@ -57,7 +57,13 @@ impl KvCache {
     /// A read view of one layer for the attention kernel.
     pub fn layer(&self, layer: usize) -> PagedKv<'_> {
         let r = self.layer_range(layer);
-        PagedKv { k: &self.k[r.clone()], v: &self.v[r], block_size: self.block_size, n_kv_heads: self.n_kv_heads, head_dim: self.head_dim }
+        PagedKv {
+            k: &self.k[r.clone()],
+            v: &self.v[r],
+            block_size: self.block_size,
+            n_kv_heads: self.n_kv_heads,
+            head_dim: self.head_dim,
+        }
     }
 
     /// Stores one token's K and V (f32, `kv_dim` each) at `slot` of `layer`.

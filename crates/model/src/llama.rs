@@ -170,14 +170,21 @@ impl Model {
         let vec_f32 = |name: &str, len: usize| src.get_shaped(name, &[len])?.to_f32();
         let embed = src.get_shaped(naming.global("embed"), &[dim, c.vocab_size])?;
         let (output, tied) = match src.find(naming.global("output")) {
-            Some(_) => (src.get_shaped(naming.global("output"), &[dim, c.vocab_size])?, false),
+            Some(_) => (
+                src.get_shaped(naming.global("output"), &[dim, c.vocab_size])?,
+                false,
+            ),
             None => (embed.clone(), true),
         };
         let mut layers = Vec::with_capacity(c.n_layers);
         for i in 0..c.n_layers {
             let l = |p: &str| naming.layer(i, p);
             let bias = if c.qkv_bias {
-                Some([vec_f32(&l("q_bias"), qd)?, vec_f32(&l("k_bias"), kvd)?, vec_f32(&l("v_bias"), kvd)?])
+                Some([
+                    vec_f32(&l("q_bias"), qd)?,
+                    vec_f32(&l("k_bias"), kvd)?,
+                    vec_f32(&l("v_bias"), kvd)?,
+                ])
             } else {
                 None
             };
@@ -197,42 +204,84 @@ impl Model {
         let mut config = config;
         if naming == Naming::Gguf && config.arch == Arch::Llama {
             if let Some(t) = src.find("rope_freqs.weight") {
-                config.rope_freq_factors = Some(src.get_shaped(&t.name, &[config.head_dim / 2])?.to_f32()?);
+                config.rope_freq_factors =
+                    Some(src.get_shaped(&t.name, &[config.head_dim / 2])?.to_f32()?);
             }
         }
-        let rope = Rope::new(config.rope_style, config.head_dim, config.rope_base, config.rope_freq_scale, config.rope_freq_factors.as_deref());
+        let rope = Rope::new(
+            config.rope_style,
+            config.head_dim,
+            config.rope_base,
+            config.rope_freq_scale,
+            config.rope_freq_factors.as_deref(),
+        );
         let norm = vec_f32(naming.global("norm"), dim)?;
-        Ok(Model { config, embed, layers, norm, output, tied_embeddings: tied, rope })
+        Ok(Model {
+            config,
+            embed,
+            layers,
+            norm,
+            output,
+            tied_embeddings: tied,
+            rope,
+        })
     }
 
     /// Bytes of weights read per forward pass (all matrices once).
     pub fn weight_bytes(&self) -> usize {
-        let per_layer = |l: &Layer| [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down].iter().map(|t| t.data().len()).sum::<usize>();
+        let per_layer = |l: &Layer| {
+            [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]
+                .iter()
+                .map(|t| t.data().len())
+                .sum::<usize>()
+        };
         self.layers.iter().map(per_layer).sum::<usize>() + self.output.data().len()
     }
 
     fn check_batch(&self, batch: &[SeqBatch<'_>], kv: &KvCache, s: &Scratch) -> Result<()> {
         let total: usize = batch.iter().map(|b| b.tokens.len()).sum();
         if total > s.max_tokens {
-            return Err(Error::Batch(format!("{total} tokens exceed the scratch capacity of {}", s.max_tokens)));
+            return Err(Error::Batch(format!(
+                "{total} tokens exceed the scratch capacity of {}",
+                s.max_tokens
+            )));
         }
         let n_logits = batch.iter().filter(|b| b.want_logits).count();
         if n_logits * self.config.dim > s.last.len() {
-            return Err(Error::Batch(format!("{n_logits} logit rows exceed the scratch capacity")));
+            return Err(Error::Batch(format!(
+                "{n_logits} logit rows exceed the scratch capacity"
+            )));
         }
         for b in batch {
             let end = b.start_pos + b.tokens.len();
             if end > self.config.context_length {
-                return Err(Error::ContextOverflow { needed: end, max: self.config.context_length });
+                return Err(Error::ContextOverflow {
+                    needed: end,
+                    max: self.config.context_length,
+                });
             }
-            if b.block_table.len() * kv.block_size < end || b.block_table.iter().any(|&blk| blk as usize >= kv.n_blocks) {
-                return Err(Error::Batch(format!("block table {:?} does not cover {end} positions in a pool of {} blocks", b.block_table, kv.n_blocks)));
+            if b.block_table.len() * kv.block_size < end
+                || b.block_table.iter().any(|&blk| blk as usize >= kv.n_blocks)
+            {
+                return Err(Error::Batch(format!(
+                    "block table {:?} does not cover {end} positions in a pool of {} blocks",
+                    b.block_table, kv.n_blocks
+                )));
             }
             if b.want_logits && b.tokens.is_empty() {
-                return Err(Error::Batch("logits requested for a sequence with no new tokens".into()));
+                return Err(Error::Batch(
+                    "logits requested for a sequence with no new tokens".into(),
+                ));
             }
-            if let Some(&t) = b.tokens.iter().find(|&&t| t as usize >= self.config.vocab_size) {
-                return Err(Error::Batch(format!("token id {t} is outside the vocabulary of {}", self.config.vocab_size)));
+            if let Some(&t) = b
+                .tokens
+                .iter()
+                .find(|&&t| t as usize >= self.config.vocab_size)
+            {
+                return Err(Error::Batch(format!(
+                    "token id {t} is outside the vocabulary of {}",
+                    self.config.vocab_size
+                )));
             }
         }
         Ok(())
@@ -240,13 +289,20 @@ impl Model {
 
     /// Runs the batch, filling the KV cache for every new token, and returns
     /// logits `[n, vocab]` for the sequences with `want_logits`, in order.
-    pub fn forward<'s>(&self, batch: &[SeqBatch<'_>], kv: &mut KvCache, s: &'s mut Scratch, threads: Threads) -> Result<&'s [f32]> {
+    pub fn forward<'s>(
+        &self,
+        batch: &[SeqBatch<'_>],
+        kv: &mut KvCache,
+        s: &'s mut Scratch,
+        threads: Threads,
+    ) -> Result<&'s [f32]> {
         self.check_batch(batch, kv, s)?;
         let c = &self.config;
         let (dim, qd, kvd, ffn, hd) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim, c.head_dim);
         s.tok.clear();
         for (i, b) in batch.iter().enumerate() {
-            s.tok.extend((0..b.tokens.len()).map(|j| (i, b.start_pos + j)));
+            s.tok
+                .extend((0..b.tokens.len()).map(|j| (i, b.start_pos + j)));
         }
         let t = s.tok.len();
         let embed = self.embed.matrix()?;
@@ -275,8 +331,14 @@ impl Model {
                 self.rope.apply(&mut q[j * qd..(j + 1) * qd], hd, pos);
                 self.rope.apply(&mut k[j * kvd..(j + 1) * kvd], hd, pos);
                 let table = batch[seq].block_table;
-                let slot = table[pos / kv.block_size] as usize * kv.block_size + pos % kv.block_size;
-                kv.store(li, slot, &k[j * kvd..(j + 1) * kvd], &v[j * kvd..(j + 1) * kvd]);
+                let slot =
+                    table[pos / kv.block_size] as usize * kv.block_size + pos % kv.block_size;
+                kv.store(
+                    li,
+                    slot,
+                    &k[j * kvd..(j + 1) * kvd],
+                    &v[j * kvd..(j + 1) * kvd],
+                );
             }
             let paged = kv.layer(li);
             let tok = &s.tok;
@@ -286,7 +348,16 @@ impl Model {
                 for (i, out) in piece.chunks_exact_mut(qd).enumerate() {
                     let j = first + i;
                     let (seq, pos) = tok[j];
-                    attend(&q[j * qd..(j + 1) * qd], &paged, batch[seq].block_table, pos + 1, c.n_heads, scale, &mut scores, out);
+                    attend(
+                        &q[j * qd..(j + 1) * qd],
+                        &paged,
+                        batch[seq].block_table,
+                        pos + 1,
+                        c.n_heads,
+                        scale,
+                        &mut scores,
+                        out,
+                    );
                 }
             });
             let proj = &mut s.proj[..t * dim];
@@ -309,7 +380,12 @@ impl Model {
         for b in batch {
             end += b.tokens.len();
             if b.want_logits {
-                rms_norm(&x[(end - 1) * dim..end * dim], &self.norm, c.norm_eps, &mut s.last[n * dim..(n + 1) * dim]);
+                rms_norm(
+                    &x[(end - 1) * dim..end * dim],
+                    &self.norm,
+                    c.norm_eps,
+                    &mut s.last[n * dim..(n + 1) * dim],
+                );
                 n += 1;
             }
         }

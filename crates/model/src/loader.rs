@@ -27,7 +27,10 @@ pub struct LoadedModel {
 /// Loads the model at `path` (a GGUF file, or a checkpoint directory / a
 /// `.safetensors` file inside one).
 pub fn load(path: &Path) -> Result<LoadedModel> {
-    let meta = std::fs::metadata(path).map_err(|source| Error::Io { path: path.to_owned(), source })?;
+    let meta = std::fs::metadata(path).map_err(|source| Error::Io {
+        path: path.to_owned(),
+        source,
+    })?;
     if meta.is_dir() {
         return load_hf_dir(path);
     }
@@ -42,16 +45,40 @@ fn load_gguf(path: &Path) -> Result<LoadedModel> {
     let tokenizer = Tokenizer::from_gguf(&f.header, &f.name)?;
     let config = Config::from_gguf(&f.header, &f.name, tokenizer.vocab_size())?;
     if tokenizer.vocab_size() > config.vocab_size {
-        return Err(Error::Config { file: f.name.clone(), what: format!("tokenizer has {} tokens but the model only {}", tokenizer.vocab_size(), config.vocab_size) });
+        return Err(Error::Config {
+            file: f.name.clone(),
+            what: format!(
+                "tokenizer has {} tokens but the model only {}",
+                tokenizer.vocab_size(),
+                config.vocab_size
+            ),
+        });
     }
     let model = Model::load(&f, config, Naming::Gguf)?;
-    let text = |id: Option<u32>| id.map(|i| String::from_utf8_lossy(&piece_text(&tokenizer, i)).into_owned()).unwrap_or_default();
-    let template = match f.header.get("tokenizer.chat_template").and_then(|v| v.as_str()) {
-        Some(src) => Some(ChatTemplate::new(src, &text(tokenizer.bos), &text(tokenizer.eos.first().copied()))?),
+    let text = |id: Option<u32>| {
+        id.map(|i| String::from_utf8_lossy(&piece_text(&tokenizer, i)).into_owned())
+            .unwrap_or_default()
+    };
+    let template = match f
+        .header
+        .get("tokenizer.chat_template")
+        .and_then(|v| v.as_str())
+    {
+        Some(src) => Some(ChatTemplate::new(
+            src,
+            &text(tokenizer.bos),
+            &text(tokenizer.eos.first().copied()),
+        )?),
         None => None,
     };
     let file_bytes = f.bytes().as_slice().len() as u64;
-    Ok(LoadedModel { model, tokenizer, template, name: f.name, file_bytes })
+    Ok(LoadedModel {
+        model,
+        tokenizer,
+        template,
+        name: f.name,
+        file_bytes,
+    })
 }
 
 /// The vocabulary text of a special token (its bytes render empty).
@@ -62,12 +89,18 @@ fn piece_text(t: &Tokenizer, id: u32) -> Vec<u8> {
 fn load_hf_dir(dir: &Path) -> Result<LoadedModel> {
     let name = dir.display().to_string();
     let config_path = dir.join("config.json");
-    let config = Config::from_hf_json(&read_text(&config_path)?, &config_path.display().to_string())?;
+    let config = Config::from_hf_json(
+        &read_text(&config_path)?,
+        &config_path.display().to_string(),
+    )?;
     let st = SafetensorsDir::open(dir)?;
     let model = Model::load(&st, config, Naming::HuggingFace)?;
     let tc_path = dir.join("tokenizer_config.json");
     let tc: serde_json::Value = if tc_path.exists() {
-        serde_json::from_str(&read_text(&tc_path)?).map_err(|e| Error::Malformed { file: tc_path.display().to_string(), what: e.to_string() })?
+        serde_json::from_str(&read_text(&tc_path)?).map_err(|e| Error::Malformed {
+            file: tc_path.display().to_string(),
+            what: e.to_string(),
+        })?
     } else {
         serde_json::Value::Null
     };
@@ -79,7 +112,10 @@ fn load_hf_dir(dir: &Path) -> Result<LoadedModel> {
     };
     let bos = token_str("bos_token");
     let eos: Vec<String> = token_str("eos_token").into_iter().collect();
-    let add_bos = tc.get("add_bos_token").and_then(|v| v.as_bool()).unwrap_or(bos.is_some());
+    let add_bos = tc
+        .get("add_bos_token")
+        .and_then(|v| v.as_bool())
+        .unwrap_or(bos.is_some());
     let tj = dir.join("tokenizer.json");
     let tokenizer = Tokenizer::from_hf_json(&read_text(&tj)?, bos.as_deref(), &eos, add_bos)?;
     let template_src = match tc.get("chat_template") {
@@ -92,11 +128,27 @@ fn load_hf_dir(dir: &Path) -> Result<LoadedModel> {
         _ => None,
     };
     let template = match template_src {
-        Some(src) => Some(ChatTemplate::new(&src, bos.as_deref().unwrap_or(""), eos.first().map_or("", String::as_str))?),
+        Some(src) => Some(ChatTemplate::new(
+            &src,
+            bos.as_deref().unwrap_or(""),
+            eos.first().map_or("", String::as_str),
+        )?),
         None => None,
     };
     let file_bytes = std::fs::read_dir(dir)
-        .map(|rd| rd.filter_map(|e| e.ok()).filter(|e| e.path().extension().is_some_and(|x| x == "safetensors")).filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum())
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter(|e| e.path().extension().is_some_and(|x| x == "safetensors"))
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
         .unwrap_or(0);
-    Ok(LoadedModel { model, tokenizer, template, name, file_bytes })
+    Ok(LoadedModel {
+        model,
+        tokenizer,
+        template,
+        name,
+        file_bytes,
+    })
 }

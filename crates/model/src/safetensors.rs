@@ -25,14 +25,24 @@ impl SafetensorsDir {
         let index = dir.join("model.safetensors.index.json");
         let shards: Vec<PathBuf> = if index.exists() {
             let text = read_text(&index)?;
-            let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| malformed(&index, e.to_string()))?;
-            let map = v.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| malformed(&index, "no weight_map object".into()))?;
-            let mut files: Vec<String> = map.values().filter_map(|f| f.as_str().map(str::to_owned)).collect();
+            let v: serde_json::Value =
+                serde_json::from_str(&text).map_err(|e| malformed(&index, e.to_string()))?;
+            let map = v
+                .get("weight_map")
+                .and_then(|m| m.as_object())
+                .ok_or_else(|| malformed(&index, "no weight_map object".into()))?;
+            let mut files: Vec<String> = map
+                .values()
+                .filter_map(|f| f.as_str().map(str::to_owned))
+                .collect();
             files.sort();
             files.dedup();
             for f in &files {
                 if f.contains("..") || f.contains('/') || f.contains('\\') {
-                    return Err(malformed(&index, format!("shard name {f:?} leaves the directory")));
+                    return Err(malformed(
+                        &index,
+                        format!("shard name {f:?} leaves the directory"),
+                    ));
                 }
             }
             files.into_iter().map(|f| dir.join(f)).collect()
@@ -43,7 +53,11 @@ impl SafetensorsDir {
         for shard in shards {
             read_shard(&shard, &mut tensors)?;
         }
-        Ok(SafetensorsDir { dir: dir.to_owned(), name, tensors })
+        Ok(SafetensorsDir {
+            dir: dir.to_owned(),
+            name,
+            tensors,
+        })
     }
 
     pub fn tensor_names(&self) -> impl Iterator<Item = &str> {
@@ -62,17 +76,24 @@ impl TensorSource for SafetensorsDir {
 }
 
 fn malformed(path: &Path, what: String) -> Error {
-    Error::Malformed { file: path.display().to_string(), what }
+    Error::Malformed {
+        file: path.display().to_string(),
+        what,
+    }
 }
 
 pub(crate) fn read_text(path: &Path) -> Result<String> {
-    std::fs::read_to_string(path).map_err(|source| Error::Io { path: path.to_owned(), source })
+    std::fs::read_to_string(path).map_err(|source| Error::Io {
+        path: path.to_owned(),
+        source,
+    })
 }
 
 fn read_shard(path: &Path, out: &mut HashMap<String, Tensor>) -> Result<()> {
     let bytes = map_file(path)?;
     let data = bytes.as_slice();
-    let (header_len, meta) = safetensors::SafeTensors::read_metadata(data).map_err(|e| malformed(path, e.to_string()))?;
+    let (header_len, meta) = safetensors::SafeTensors::read_metadata(data)
+        .map_err(|e| malformed(path, e.to_string()))?;
     let base = 8 + header_len;
     for (name, info) in meta.tensors() {
         let ty = match info.dtype {
@@ -80,7 +101,11 @@ fn read_shard(path: &Path, out: &mut HashMap<String, Tensor>) -> Result<()> {
             Dtype::F16 => GgmlType::F16,
             Dtype::BF16 => GgmlType::BF16,
             other => {
-                return Err(Error::UnsupportedTensorType { file: path.display().to_string(), tensor: name, type_name: format!("{other:?}") });
+                return Err(Error::UnsupportedTensorType {
+                    file: path.display().to_string(),
+                    tensor: name,
+                    type_name: format!("{other:?}"),
+                });
             }
         };
         let (start, end) = info.data_offsets;
@@ -88,9 +113,18 @@ fn read_shard(path: &Path, out: &mut HashMap<String, Tensor>) -> Result<()> {
         let dims: Vec<usize> = info.shape.iter().rev().copied().collect();
         let n: usize = dims.iter().product();
         if end < start || base + end > data.len() || (end - start) != n * ty.block_bytes() {
-            return Err(malformed(path, format!("tensor {name:?}: data offsets {start}..{end} disagree with shape {:?}", info.shape)));
+            return Err(malformed(
+                path,
+                format!(
+                    "tensor {name:?}: data offsets {start}..{end} disagree with shape {:?}",
+                    info.shape
+                ),
+            ));
         }
-        out.insert(name.clone(), Tensor::new(name, ty, dims, bytes.clone(), base + start, end - start));
+        out.insert(
+            name.clone(),
+            Tensor::new(name, ty, dims, bytes.clone(), base + start, end - start),
+        );
     }
     Ok(())
 }

@@ -51,13 +51,19 @@ impl Default for SamplingParams {
 
 impl SamplingParams {
     pub fn greedy() -> Self {
-        SamplingParams { temperature: 0.0, ..Self::default() }
+        SamplingParams {
+            temperature: 0.0,
+            ..Self::default()
+        }
     }
 
     pub fn validate(&self, vocab_size: usize) -> Result<()> {
         let bad = |m: String| Err(Error::Sampling(m));
         if !(self.temperature.is_finite() && self.temperature >= 0.0) {
-            return bad(format!("temperature {} must be a finite number >= 0", self.temperature));
+            return bad(format!(
+                "temperature {} must be a finite number >= 0",
+                self.temperature
+            ));
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
             return bad(format!("top_p {} must be in (0, 1]", self.top_p));
@@ -66,15 +72,27 @@ impl SamplingParams {
             return bad(format!("min_p {} must be in [0, 1]", self.min_p));
         }
         if !(self.repetition_penalty.is_finite() && self.repetition_penalty > 0.0) {
-            return bad(format!("repetition_penalty {} must be > 0", self.repetition_penalty));
+            return bad(format!(
+                "repetition_penalty {} must be > 0",
+                self.repetition_penalty
+            ));
         }
-        for (name, v) in [("frequency_penalty", self.frequency_penalty), ("presence_penalty", self.presence_penalty)] {
+        for (name, v) in [
+            ("frequency_penalty", self.frequency_penalty),
+            ("presence_penalty", self.presence_penalty),
+        ] {
             if !(-2.0..=2.0).contains(&v) {
                 return bad(format!("{name} {v} must be in [-2, 2]"));
             }
         }
-        if let Some((t, b)) = self.logit_bias.iter().find(|(t, b)| *t as usize >= vocab_size || !b.is_finite()) {
-            return bad(format!("logit_bias entry {t}: {b} is outside the vocabulary or not finite"));
+        if let Some((t, b)) = self
+            .logit_bias
+            .iter()
+            .find(|(t, b)| *t as usize >= vocab_size || !b.is_finite())
+        {
+            return bad(format!(
+                "logit_bias entry {t}: {b} is outside the vocabulary or not finite"
+            ));
         }
         Ok(())
     }
@@ -92,7 +110,12 @@ pub struct Sampler {
 impl Sampler {
     pub fn new(params: SamplingParams) -> Self {
         let rng = ChaCha8Rng::seed_from_u64(params.seed);
-        Sampler { params, rng, cand: Vec::new(), counts: HashMap::new() }
+        Sampler {
+            params,
+            rng,
+            cand: Vec::new(),
+            counts: HashMap::new(),
+        }
     }
 
     /// Picks a token from `logits` (modified in place by bias and
@@ -104,7 +127,8 @@ impl Sampler {
                 *l += b;
             }
         }
-        let penalize = p.repetition_penalty != 1.0 || p.frequency_penalty != 0.0 || p.presence_penalty != 0.0;
+        let penalize =
+            p.repetition_penalty != 1.0 || p.frequency_penalty != 0.0 || p.presence_penalty != 0.0;
         if penalize && p.penalty_last_n > 0 {
             self.counts.clear();
             for &t in &history[history.len().saturating_sub(p.penalty_last_n)..] {
@@ -113,7 +137,11 @@ impl Sampler {
             for (&t, &c) in &self.counts {
                 if let Some(l) = logits.get_mut(t as usize) {
                     if p.repetition_penalty != 1.0 {
-                        *l = if *l > 0.0 { *l / p.repetition_penalty } else { *l * p.repetition_penalty };
+                        *l = if *l > 0.0 {
+                            *l / p.repetition_penalty
+                        } else {
+                            *l * p.repetition_penalty
+                        };
                     }
                     *l -= c as f32 * p.frequency_penalty + p.presence_penalty;
                 }
@@ -123,8 +151,10 @@ impl Sampler {
             return argmax(logits);
         }
         self.cand.clear();
-        self.cand.extend(logits.iter().enumerate().map(|(i, &l)| (i as u32, l)));
-        self.cand.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        self.cand
+            .extend(logits.iter().enumerate().map(|(i, &l)| (i as u32, l)));
+        self.cand
+            .sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         if p.top_k > 0 {
             self.cand.truncate(p.top_k);
         }
@@ -151,7 +181,12 @@ impl Sampler {
         }
         if p.min_p > 0.0 {
             let threshold = self.cand[0].1 * p.min_p;
-            let keep = self.cand.iter().take_while(|c| c.1 >= threshold).count().max(1);
+            let keep = self
+                .cand
+                .iter()
+                .take_while(|c| c.1 >= threshold)
+                .count()
+                .max(1);
             self.cand.truncate(keep);
         }
         let total: f32 = self.cand.iter().map(|c| c.1).sum();
@@ -194,8 +229,17 @@ mod tests {
     #[test]
     fn same_seed_same_draws_and_different_seed_differs() {
         let draw = |seed| {
-            let mut s = Sampler::new(SamplingParams { seed, temperature: 1.5, top_k: 0, top_p: 1.0, min_p: 0.0, ..Default::default() });
-            (0..50).map(|_| s.sample(&mut logits(), &[])).collect::<Vec<_>>()
+            let mut s = Sampler::new(SamplingParams {
+                seed,
+                temperature: 1.5,
+                top_k: 0,
+                top_p: 1.0,
+                min_p: 0.0,
+                ..Default::default()
+            });
+            (0..50)
+                .map(|_| s.sample(&mut logits(), &[]))
+                .collect::<Vec<_>>()
         };
         assert_eq!(draw(1), draw(1));
         assert_ne!(draw(1), draw(2));
@@ -203,7 +247,11 @@ mod tests {
 
     #[test]
     fn top_k_one_is_greedy() {
-        let mut s = Sampler::new(SamplingParams { top_k: 1, temperature: 5.0, ..Default::default() });
+        let mut s = Sampler::new(SamplingParams {
+            top_k: 1,
+            temperature: 5.0,
+            ..Default::default()
+        });
         let want = argmax(&logits());
         for _ in 0..20 {
             assert_eq!(s.sample(&mut logits(), &[]), want);
@@ -212,14 +260,26 @@ mod tests {
 
     #[test]
     fn min_p_and_top_p_restrict_the_support() {
-        let mut s = Sampler::new(SamplingParams { top_k: 0, top_p: 1.0, min_p: 0.5, temperature: 1.0, ..Default::default() });
+        let mut s = Sampler::new(SamplingParams {
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.5,
+            temperature: 1.0,
+            ..Default::default()
+        });
         let mut l = vec![0.0f32; 10];
         l[3] = 10.0;
         l[4] = 9.8;
         for _ in 0..50 {
             assert!(matches!(s.sample(&mut l.clone(), &[]), 3 | 4));
         }
-        let mut s = Sampler::new(SamplingParams { top_k: 0, top_p: 0.5, min_p: 0.0, temperature: 1.0, ..Default::default() });
+        let mut s = Sampler::new(SamplingParams {
+            top_k: 0,
+            top_p: 0.5,
+            min_p: 0.0,
+            temperature: 1.0,
+            ..Default::default()
+        });
         for _ in 0..50 {
             assert_eq!(s.sample(&mut l.clone(), &[]), 3);
         }
@@ -227,26 +287,59 @@ mod tests {
 
     #[test]
     fn penalties_and_bias_change_the_choice() {
-        let mut s = Sampler::new(SamplingParams { repetition_penalty: 2.0, ..SamplingParams::greedy() });
+        let mut s = Sampler::new(SamplingParams {
+            repetition_penalty: 2.0,
+            ..SamplingParams::greedy()
+        });
         assert_eq!(s.sample(&mut [1.0, 1.5, 0.0], &[1]), 0);
-        let mut s = Sampler::new(SamplingParams { presence_penalty: 1.0, ..SamplingParams::greedy() });
+        let mut s = Sampler::new(SamplingParams {
+            presence_penalty: 1.0,
+            ..SamplingParams::greedy()
+        });
         assert_eq!(s.sample(&mut [1.0, 1.5, 0.0], &[1]), 0);
-        let mut s = Sampler::new(SamplingParams { frequency_penalty: 0.3, ..SamplingParams::greedy() });
+        let mut s = Sampler::new(SamplingParams {
+            frequency_penalty: 0.3,
+            ..SamplingParams::greedy()
+        });
         assert_eq!(s.sample(&mut [1.0, 1.5, 0.0], &[1, 1]), 0);
-        let mut s = Sampler::new(SamplingParams { logit_bias: vec![(2, 5.0)], ..SamplingParams::greedy() });
+        let mut s = Sampler::new(SamplingParams {
+            logit_bias: vec![(2, 5.0)],
+            ..SamplingParams::greedy()
+        });
         assert_eq!(s.sample(&mut [1.0, 1.5, 0.0], &[]), 2);
     }
 
     #[test]
     fn validation_rejects_out_of_range() {
         for bad in [
-            SamplingParams { temperature: -1.0, ..Default::default() },
-            SamplingParams { temperature: f32::NAN, ..Default::default() },
-            SamplingParams { top_p: 0.0, ..Default::default() },
-            SamplingParams { min_p: 1.5, ..Default::default() },
-            SamplingParams { repetition_penalty: 0.0, ..Default::default() },
-            SamplingParams { presence_penalty: 3.0, ..Default::default() },
-            SamplingParams { logit_bias: vec![(1000, 1.0)], ..Default::default() },
+            SamplingParams {
+                temperature: -1.0,
+                ..Default::default()
+            },
+            SamplingParams {
+                temperature: f32::NAN,
+                ..Default::default()
+            },
+            SamplingParams {
+                top_p: 0.0,
+                ..Default::default()
+            },
+            SamplingParams {
+                min_p: 1.5,
+                ..Default::default()
+            },
+            SamplingParams {
+                repetition_penalty: 0.0,
+                ..Default::default()
+            },
+            SamplingParams {
+                presence_penalty: 3.0,
+                ..Default::default()
+            },
+            SamplingParams {
+                logit_bias: vec![(1000, 1.0)],
+                ..Default::default()
+            },
         ] {
             assert!(bad.validate(100).is_err(), "{bad:?}");
         }

@@ -54,14 +54,24 @@ impl<'m> Session<'m> {
         }
         let needed = self.pos + tokens.len();
         if needed > self.capacity() {
-            return Err(Error::ContextOverflow { needed, max: self.capacity() });
+            return Err(Error::ContextOverflow {
+                needed,
+                max: self.capacity(),
+            });
         }
         let mut logits = Vec::new();
         let chunks: Vec<&[u32]> = tokens.chunks(PREFILL_CHUNK).collect();
         for (i, chunk) in chunks.iter().enumerate() {
             let last = i + 1 == chunks.len();
-            let batch = [SeqBatch { tokens: chunk, start_pos: self.pos, block_table: &self.table, want_logits: last }];
-            let out = self.model.forward(&batch, &mut self.kv, &mut self.scratch, self.threads)?;
+            let batch = [SeqBatch {
+                tokens: chunk,
+                start_pos: self.pos,
+                block_table: &self.table,
+                want_logits: last,
+            }];
+            let out = self
+                .model
+                .forward(&batch, &mut self.kv, &mut self.scratch, self.threads)?;
             if last {
                 logits = out.to_vec();
             }

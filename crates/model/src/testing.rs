@@ -68,7 +68,19 @@ impl Fixture {
             "tiny" => return Some(Self::tiny(ty)),
             _ => return None,
         };
-        Some(Fixture { dim, n_layers, n_heads, n_kv_heads, ffn_dim, context_length: 2048, tied: false, output_scale: 0.05, layer_scale: 1.0, bigram: 0.0, ..Self::tiny(ty) })
+        Some(Fixture {
+            dim,
+            n_layers,
+            n_heads,
+            n_kv_heads,
+            ffn_dim,
+            context_length: 2048,
+            tied: false,
+            output_scale: 0.05,
+            layer_scale: 1.0,
+            bigram: 0.0,
+            ..Self::tiny(ty)
+        })
     }
 
     fn head_dim(&self) -> usize {
@@ -80,15 +92,24 @@ impl Fixture {
         let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
         let (d, f, kvd) = (self.dim, self.ffn_dim, self.n_kv_heads * self.head_dim());
         let mut out = Vec::new();
-        let mat = |out: &mut Vec<_>, name: String, rows: usize, cols: usize, std: f32, rng: &mut ChaCha8Rng| {
+        let mat = |out: &mut Vec<_>,
+                   name: String,
+                   rows: usize,
+                   cols: usize,
+                   std: f32,
+                   rng: &mut ChaCha8Rng| {
             let v = (0..rows * cols).map(|_| gaussian(rng) * std).collect();
             out.push((name, vec![rows, cols], v));
         };
         let lm_head: Option<Vec<f32>> = (!self.tied).then(|| {
             let mut rng2 = ChaCha8Rng::seed_from_u64(self.seed ^ 0x5eed);
-            (0..self.vocab_size * d).map(|_| gaussian(&mut rng2) * self.output_scale).collect()
+            (0..self.vocab_size * d)
+                .map(|_| gaussian(&mut rng2) * self.output_scale)
+                .collect()
         });
-        let mut embed: Vec<f32> = (0..self.vocab_size * d).map(|_| gaussian(&mut rng)).collect();
+        let mut embed: Vec<f32> = (0..self.vocab_size * d)
+            .map(|_| gaussian(&mut rng))
+            .collect();
         if let (Some(w), true) = (&lm_head, self.bigram > 0.0) {
             // Token t leans toward the output row of succ(t), a fixed permutation:
             // a "bigram" model whose top logit usually stands clear of the rest.
@@ -102,7 +123,11 @@ impl Fixture {
                 }
             }
         }
-        out.push(("model.embed_tokens.weight".into(), vec![self.vocab_size, d], embed));
+        out.push((
+            "model.embed_tokens.weight".into(),
+            vec![self.vocab_size, d],
+            embed,
+        ));
         let w = 1.0 / (d as f32).sqrt();
         for i in 0..self.n_layers {
             let p = format!("model.layers.{i}");
@@ -110,17 +135,87 @@ impl Fixture {
             // (exactly dequantized) embedding: perturbations from activation
             // rounding, which differ between engines, then move logits little.
             let ls = self.layer_scale;
-            mat(&mut out, format!("{p}.self_attn.q_proj.weight"), d, d, w, &mut rng);
-            mat(&mut out, format!("{p}.self_attn.k_proj.weight"), kvd, d, w, &mut rng);
-            mat(&mut out, format!("{p}.self_attn.v_proj.weight"), kvd, d, w, &mut rng);
-            mat(&mut out, format!("{p}.self_attn.o_proj.weight"), d, d, w * ls, &mut rng);
-            mat(&mut out, format!("{p}.mlp.gate_proj.weight"), f, d, w, &mut rng);
-            mat(&mut out, format!("{p}.mlp.up_proj.weight"), f, d, w, &mut rng);
-            mat(&mut out, format!("{p}.mlp.down_proj.weight"), d, f, ls / (f as f32).sqrt(), &mut rng);
+            mat(
+                &mut out,
+                format!("{p}.self_attn.q_proj.weight"),
+                d,
+                d,
+                w,
+                &mut rng,
+            );
+            mat(
+                &mut out,
+                format!("{p}.self_attn.k_proj.weight"),
+                kvd,
+                d,
+                w,
+                &mut rng,
+            );
+            mat(
+                &mut out,
+                format!("{p}.self_attn.v_proj.weight"),
+                kvd,
+                d,
+                w,
+                &mut rng,
+            );
+            mat(
+                &mut out,
+                format!("{p}.self_attn.o_proj.weight"),
+                d,
+                d,
+                w * ls,
+                &mut rng,
+            );
+            mat(
+                &mut out,
+                format!("{p}.mlp.gate_proj.weight"),
+                f,
+                d,
+                w,
+                &mut rng,
+            );
+            mat(
+                &mut out,
+                format!("{p}.mlp.up_proj.weight"),
+                f,
+                d,
+                w,
+                &mut rng,
+            );
+            mat(
+                &mut out,
+                format!("{p}.mlp.down_proj.weight"),
+                d,
+                f,
+                ls / (f as f32).sqrt(),
+                &mut rng,
+            );
             if self.qwen2 {
-                mat(&mut out, format!("{p}.self_attn.q_proj.bias"), 1, d, 0.1, &mut rng);
-                mat(&mut out, format!("{p}.self_attn.k_proj.bias"), 1, kvd, 0.1, &mut rng);
-                mat(&mut out, format!("{p}.self_attn.v_proj.bias"), 1, kvd, 0.1, &mut rng);
+                mat(
+                    &mut out,
+                    format!("{p}.self_attn.q_proj.bias"),
+                    1,
+                    d,
+                    0.1,
+                    &mut rng,
+                );
+                mat(
+                    &mut out,
+                    format!("{p}.self_attn.k_proj.bias"),
+                    1,
+                    kvd,
+                    0.1,
+                    &mut rng,
+                );
+                mat(
+                    &mut out,
+                    format!("{p}.self_attn.v_proj.bias"),
+                    1,
+                    kvd,
+                    0.1,
+                    &mut rng,
+                );
             }
             for norm in ["input_layernorm", "post_attention_layernorm"] {
                 let v: Vec<f32> = (0..d).map(|_| 1.0 + 0.1 * gaussian(&mut rng)).collect();
@@ -145,14 +240,20 @@ impl Fixture {
         let a = if self.qwen2 { "qwen2" } else { "llama" };
         let u = |v: usize| Value::U32(v as u32);
         w.kv("general.architecture", Value::String(a.into()))
-            .kv("general.name", Value::String(format!("hasten synthetic {a} {}", self.ty)))
+            .kv(
+                "general.name",
+                Value::String(format!("hasten synthetic {a} {}", self.ty)),
+            )
             .kv(&format!("{a}.context_length"), u(self.context_length))
             .kv(&format!("{a}.embedding_length"), u(self.dim))
             .kv(&format!("{a}.block_count"), u(self.n_layers))
             .kv(&format!("{a}.feed_forward_length"), u(self.ffn_dim))
             .kv(&format!("{a}.attention.head_count"), u(self.n_heads))
             .kv(&format!("{a}.attention.head_count_kv"), u(self.n_kv_heads))
-            .kv(&format!("{a}.attention.layer_norm_rms_epsilon"), Value::F32(1e-5))
+            .kv(
+                &format!("{a}.attention.layer_norm_rms_epsilon"),
+                Value::F32(1e-5),
+            )
             .kv(&format!("{a}.rope.freq_base"), Value::F32(10000.0))
             .kv(&format!("{a}.rope.dimension_count"), u(self.head_dim()))
             .kv(&format!("{a}.vocab_size"), u(self.vocab_size));
@@ -173,24 +274,46 @@ impl Fixture {
         for (name, shape, data) in self.hf_weights() {
             let gname = gguf_name(&name);
             let data = match name.rsplit('.').nth(1) {
-                Some("q_proj") if !self.qwen2 && name.ends_with("weight") => permute_rows(&data, shape[0] / hd, hd, shape[1]),
-                Some("k_proj") if !self.qwen2 && name.ends_with("weight") => permute_rows(&data, shape[0] / hd, hd, shape[1]),
+                Some("q_proj") if !self.qwen2 && name.ends_with("weight") => {
+                    permute_rows(&data, shape[0] / hd, hd, shape[1])
+                }
+                Some("k_proj") if !self.qwen2 && name.ends_with("weight") => {
+                    permute_rows(&data, shape[0] / hd, hd, shape[1])
+                }
                 _ => data,
             };
             let dims: Vec<usize> = shape.iter().rev().copied().collect();
             // Norms and biases stay f32, as llama.cpp's quantizer leaves them.
-            let ty = if shape.len() == 1 { GgmlType::F32 } else { self.ty };
+            let ty = if shape.len() == 1 {
+                GgmlType::F32
+            } else {
+                self.ty
+            };
             w.tensor(&gname, &dims, ty, encode(ty, &data, dims[0])?);
         }
-        let file = std::fs::File::create(out).map_err(|source| Error::Io { path: out.to_owned(), source })?;
-        w.write_to(&mut std::io::BufWriter::new(file)).map_err(|source| Error::Io { path: out.to_owned(), source })
+        let file = std::fs::File::create(out).map_err(|source| Error::Io {
+            path: out.to_owned(),
+            source,
+        })?;
+        w.write_to(&mut std::io::BufWriter::new(file))
+            .map_err(|source| Error::Io {
+                path: out.to_owned(),
+                source,
+            })
     }
 
     /// Writes `config.json` and `model.safetensors` (f32) into `dir`.
     pub fn write_safetensors(&self, dir: &Path) -> Result<()> {
-        let io = |source| Error::Io { path: dir.to_owned(), source };
+        let io = |source| Error::Io {
+            path: dir.to_owned(),
+            source,
+        };
         std::fs::create_dir_all(dir).map_err(io)?;
-        let arch = if self.qwen2 { "Qwen2ForCausalLM" } else { "LlamaForCausalLM" };
+        let arch = if self.qwen2 {
+            "Qwen2ForCausalLM"
+        } else {
+            "LlamaForCausalLM"
+        };
         let config = serde_json::json!({
             "architectures": [arch], "vocab_size": self.vocab_size, "hidden_size": self.dim,
             "intermediate_size": self.ffn_dim, "num_hidden_layers": self.n_layers,
@@ -200,15 +323,26 @@ impl Fixture {
         });
         std::fs::write(dir.join("config.json"), config.to_string()).map_err(io)?;
         let weights = self.hf_weights();
-        let bytes: Vec<(String, Vec<usize>, Vec<u8>)> =
-            weights.into_iter().map(|(n, s, v)| (n, s, v.iter().flat_map(|x| x.to_le_bytes()).collect())).collect();
+        let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = weights
+            .into_iter()
+            .map(|(n, s, v)| (n, s, v.iter().flat_map(|x| x.to_le_bytes()).collect()))
+            .collect();
         let views = bytes
             .iter()
-            .map(|(n, s, b)| safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b).map(|v| (n.clone(), v)))
+            .map(|(n, s, b)| {
+                safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b)
+                    .map(|v| (n.clone(), v))
+            })
             .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(|e| Error::Malformed { file: dir.display().to_string(), what: e.to_string() })?;
+            .map_err(|e| Error::Malformed {
+                file: dir.display().to_string(),
+                what: e.to_string(),
+            })?;
         safetensors::tensor::serialize_to_file(views, &None, &dir.join("model.safetensors"))
-            .map_err(|e| Error::Malformed { file: dir.display().to_string(), what: e.to_string() })
+            .map_err(|e| Error::Malformed {
+                file: dir.display().to_string(),
+                what: e.to_string(),
+            })
     }
 }
 

@@ -32,7 +32,8 @@ mod token_type {
 
 const LLAMA3_REGEX: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 const QWEN2_REGEX: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-const GPT2_REGEX: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
+const GPT2_REGEX: &str =
+    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -58,7 +59,12 @@ pub struct Tokenizer {
 
 impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tokenizer").field("kind", &self.kind).field("vocab", &self.pieces.len()).field("bos", &self.bos).field("eos", &self.eos).finish()
+        f.debug_struct("Tokenizer")
+            .field("kind", &self.kind)
+            .field("vocab", &self.pieces.len())
+            .field("bos", &self.bos)
+            .field("eos", &self.eos)
+            .finish()
     }
 }
 
@@ -67,12 +73,31 @@ fn tok_err(e: impl std::fmt::Display) -> Error {
 }
 
 fn missing(file: &str, key: &str) -> Error {
-    Error::MissingKey { file: file.to_owned(), key: key.to_owned() }
+    Error::MissingKey {
+        file: file.to_owned(),
+        key: key.to_owned(),
+    }
 }
 
 fn str_array(h: &GgufHeader, file: &str, key: &str) -> Result<Vec<String>> {
-    let arr = h.get(key).ok_or_else(|| missing(file, key))?.as_array().ok_or_else(|| Error::KeyType { file: file.into(), key: key.into(), want: "array" })?;
-    arr.iter().map(|v| v.as_str().map(str::to_owned).ok_or_else(|| Error::KeyType { file: file.into(), key: key.into(), want: "array of strings" })).collect()
+    let arr = h
+        .get(key)
+        .ok_or_else(|| missing(file, key))?
+        .as_array()
+        .ok_or_else(|| Error::KeyType {
+            file: file.into(),
+            key: key.into(),
+            want: "array",
+        })?;
+    arr.iter()
+        .map(|v| {
+            v.as_str().map(str::to_owned).ok_or_else(|| Error::KeyType {
+                file: file.into(),
+                key: key.into(),
+                want: "array of strings",
+            })
+        })
+        .collect()
 }
 
 fn num_array(h: &GgufHeader, key: &str) -> Option<Vec<f64>> {
@@ -84,7 +109,8 @@ fn byte_to_char() -> [char; 256] {
     let mut map = ['\0'; 256];
     let mut n = 0u32;
     for b in 0..256u32 {
-        let printable = (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
+        let printable =
+            (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
         map[b as usize] = if printable {
             char::from_u32(b).unwrap_or('\0')
         } else {
@@ -118,17 +144,33 @@ fn spm_bytes(piece: &str) -> Vec<u8> {
 impl Tokenizer {
     /// Builds the tokenizer described by a GGUF header's `tokenizer.*` keys.
     pub fn from_gguf(h: &GgufHeader, file: &str) -> Result<Self> {
-        let model = h.get("tokenizer.ggml.model").and_then(|v| v.as_str()).ok_or_else(|| missing(file, "tokenizer.ggml.model"))?;
+        let model = h
+            .get("tokenizer.ggml.model")
+            .and_then(|v| v.as_str())
+            .ok_or_else(|| missing(file, "tokenizer.ggml.model"))?;
         let tokens = str_array(h, file, "tokenizer.ggml.tokens")?;
         let n = tokens.len();
         let types: Vec<i32> = match num_array(h, "tokenizer.ggml.token_type") {
             Some(t) if t.len() == n => t.into_iter().map(|x| x as i32).collect(),
-            Some(_) => return Err(Error::Malformed { file: file.into(), what: "tokenizer.ggml.token_type length differs from tokens".into() }),
+            Some(_) => {
+                return Err(Error::Malformed {
+                    file: file.into(),
+                    what: "tokenizer.ggml.token_type length differs from tokens".into(),
+                })
+            }
             None => vec![token_type::NORMAL; n],
         };
-        let id_key = |k: &str| h.get(k).and_then(|v| v.as_u64()).map(|v| v as u32).filter(|&v| (v as usize) < n);
+        let id_key = |k: &str| {
+            h.get(k)
+                .and_then(|v| v.as_u64())
+                .map(|v| v as u32)
+                .filter(|&v| (v as usize) < n)
+        };
         let flag = |k: &str| h.get(k).and_then(|v| v.as_bool());
-        let pre = h.get("tokenizer.ggml.pre").and_then(|v| v.as_str()).unwrap_or("default");
+        let pre = h
+            .get("tokenizer.ggml.pre")
+            .and_then(|v| v.as_str())
+            .unwrap_or("default");
         let mut vocab: HashMap<String, u32> = HashMap::with_capacity(n);
         for (i, t) in tokens.iter().enumerate() {
             // Duplicate pieces exist in some vocabularies; the first id wins, as in llama.cpp.
@@ -136,10 +178,26 @@ impl Tokenizer {
         }
         let (kind, bpe, pre_tok) = match model {
             "llama" => {
-                let scores = num_array(h, "tokenizer.ggml.scores").filter(|s| s.len() == n).ok_or_else(|| missing(file, "tokenizer.ggml.scores"))?;
+                let scores = num_array(h, "tokenizer.ggml.scores")
+                    .filter(|s| s.len() == n)
+                    .ok_or_else(|| missing(file, "tokenizer.ggml.scores"))?;
                 let merges = spm_merges(&tokens, &scores, &types, &vocab);
-                let unk = id_key("tokenizer.ggml.unknown_token_id").map(|i| tokens[i as usize].clone()).unwrap_or_else(|| "<unk>".into());
-                let bpe = BPE::builder().vocab_and_merges(vocab.iter().map(|(k, v)| (k.clone(), *v)).collect::<tokenizers::models::bpe::Vocab>(), merges).byte_fallback(true).unk_token(unk).fuse_unk(true).build().map_err(tok_err)?;
+                let unk = id_key("tokenizer.ggml.unknown_token_id")
+                    .map(|i| tokens[i as usize].clone())
+                    .unwrap_or_else(|| "<unk>".into());
+                let bpe = BPE::builder()
+                    .vocab_and_merges(
+                        vocab
+                            .iter()
+                            .map(|(k, v)| (k.clone(), *v))
+                            .collect::<tokenizers::models::bpe::Vocab>(),
+                        merges,
+                    )
+                    .byte_fallback(true)
+                    .unk_token(unk)
+                    .fuse_unk(true)
+                    .build()
+                    .map_err(tok_err)?;
                 (Kind::SentencePiece, bpe, None)
             }
             "gpt2" => {
@@ -148,11 +206,20 @@ impl Tokenizer {
                     .iter()
                     .map(|m| m.split_once(' ').map(|(a, b)| (a.to_owned(), b.to_owned())))
                     .collect::<Option<Vec<_>>>()
-                    .ok_or_else(|| Error::Malformed { file: file.into(), what: "a merge in tokenizer.ggml.merges has no space".into() })?;
+                    .ok_or_else(|| Error::Malformed {
+                        file: file.into(),
+                        what: "a merge in tokenizer.ggml.merges has no space".into(),
+                    })?;
                 // Llama 3 uses a whole pre-token when the vocabulary has it, before any merge.
                 let ignore_merges = matches!(pre, "llama-bpe" | "llama3");
                 let bpe = BPE::builder()
-                    .vocab_and_merges(vocab.iter().map(|(k, v)| (k.clone(), *v)).collect::<tokenizers::models::bpe::Vocab>(), merges)
+                    .vocab_and_merges(
+                        vocab
+                            .iter()
+                            .map(|(k, v)| (k.clone(), *v))
+                            .collect::<tokenizers::models::bpe::Vocab>(),
+                        merges,
+                    )
                     .ignore_merges(ignore_merges)
                     .build()
                     .map_err(tok_err)?;
@@ -162,18 +229,36 @@ impl Tokenizer {
                     "gpt-2" | "gpt2" | "default" | "olmo" | "mpt" => GPT2_REGEX,
                     other => return Err(Error::Tokenizer(format!("{file}: pre-tokenizer {other:?} is not supported (llama-bpe, qwen2 and gpt-2 are)"))),
                 };
-                let split = Split::new(SplitPattern::Regex(regex.into()), SplitDelimiterBehavior::Isolated, false).map_err(tok_err)?;
-                let bl = ByteLevel::default().add_prefix_space(false).use_regex(false);
-                let seq = Sequence::new(vec![PreTokenizerWrapper::Split(split), PreTokenizerWrapper::ByteLevel(bl)]);
+                let split = Split::new(
+                    SplitPattern::Regex(regex.into()),
+                    SplitDelimiterBehavior::Isolated,
+                    false,
+                )
+                .map_err(tok_err)?;
+                let bl = ByteLevel::default()
+                    .add_prefix_space(false)
+                    .use_regex(false);
+                let seq = Sequence::new(vec![
+                    PreTokenizerWrapper::Split(split),
+                    PreTokenizerWrapper::ByteLevel(bl),
+                ]);
                 (Kind::ByteLevel, bpe, Some(seq))
             }
-            other => return Err(Error::Tokenizer(format!("{file}: tokenizer model {other:?} is not supported (llama and gpt2 are)"))),
+            other => {
+                return Err(Error::Tokenizer(format!(
+                    "{file}: tokenizer model {other:?} is not supported (llama and gpt2 are)"
+                )))
+            }
         };
         let mut inner = tokenizers::Tokenizer::new(bpe);
         if let Some(p) = pre_tok {
             inner.with_pre_tokenizer(Some(p));
         }
-        let inverse: HashMap<char, u8> = byte_to_char().iter().enumerate().map(|(b, &c)| (c, b as u8)).collect();
+        let inverse: HashMap<char, u8> = byte_to_char()
+            .iter()
+            .enumerate()
+            .map(|(b, &c)| (c, b as u8))
+            .collect();
         let pieces = tokens
             .iter()
             .zip(&types)
@@ -188,19 +273,35 @@ impl Tokenizer {
             .iter()
             .zip(&types)
             .enumerate()
-            .filter(|(_, (t, &ty))| !t.is_empty() && matches!(ty, token_type::CONTROL | token_type::USER_DEFINED | token_type::UNKNOWN))
+            .filter(|(_, (t, &ty))| {
+                !t.is_empty()
+                    && matches!(
+                        ty,
+                        token_type::CONTROL | token_type::USER_DEFINED | token_type::UNKNOWN
+                    )
+            })
             .map(|(i, (t, &ty))| (t.clone(), i as u32, ty != token_type::USER_DEFINED))
             .collect();
         specials.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.1.cmp(&b.1)));
         let bos = id_key("tokenizer.ggml.bos_token_id");
-        let mut eos: Vec<u32> = ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"].iter().filter_map(|k| id_key(k)).collect();
+        let mut eos: Vec<u32> = [
+            "tokenizer.ggml.eos_token_id",
+            "tokenizer.ggml.eot_token_id",
+            "tokenizer.ggml.eom_token_id",
+        ]
+        .iter()
+        .filter_map(|k| id_key(k))
+        .collect();
         eos.dedup();
-        let add_bos = flag("tokenizer.ggml.add_bos_token").unwrap_or(kind == Kind::SentencePiece || pre == "llama-bpe") && bos.is_some();
+        let add_bos = flag("tokenizer.ggml.add_bos_token")
+            .unwrap_or(kind == Kind::SentencePiece || pre == "llama-bpe")
+            && bos.is_some();
         Ok(Tokenizer {
             inner,
             kind,
             gguf: true,
-            add_space_prefix: kind == Kind::SentencePiece && flag("tokenizer.ggml.add_space_prefix").unwrap_or(true),
+            add_space_prefix: kind == Kind::SentencePiece
+                && flag("tokenizer.ggml.add_space_prefix").unwrap_or(true),
             specials,
             pieces,
             bos,
@@ -212,15 +313,31 @@ impl Tokenizer {
 
     /// Loads a Hugging Face `tokenizer.json`, with BOS/EOS from
     /// `tokenizer_config.json`-style names when given.
-    pub fn from_hf_json(json: &str, bos: Option<&str>, eos: &[String], add_bos: bool) -> Result<Self> {
+    pub fn from_hf_json(
+        json: &str,
+        bos: Option<&str>,
+        eos: &[String],
+        add_bos: bool,
+    ) -> Result<Self> {
         let inner: tokenizers::Tokenizer = json.parse().map_err(tok_err)?;
         let vocab = inner.get_vocab(true);
         let n = inner.get_vocab_size(true);
-        let byte_level = [serde_json::to_string(&inner.get_pre_tokenizer()), serde_json::to_string(&inner.get_decoder())]
+        let byte_level = [
+            serde_json::to_string(&inner.get_pre_tokenizer()),
+            serde_json::to_string(&inner.get_decoder()),
+        ]
+        .iter()
+        .any(|s| s.as_ref().is_ok_and(|s| s.contains("ByteLevel")));
+        let kind = if byte_level {
+            Kind::ByteLevel
+        } else {
+            Kind::SentencePiece
+        };
+        let inverse: HashMap<char, u8> = byte_to_char()
             .iter()
-            .any(|s| s.as_ref().is_ok_and(|s| s.contains("ByteLevel")));
-        let kind = if byte_level { Kind::ByteLevel } else { Kind::SentencePiece };
-        let inverse: HashMap<char, u8> = byte_to_char().iter().enumerate().map(|(b, &c)| (c, b as u8)).collect();
+            .enumerate()
+            .map(|(b, &c)| (c, b as u8))
+            .collect();
         let added = inner.get_added_tokens_decoder();
         let mut pieces = vec![Vec::new(); n];
         for (piece, &id) in &vocab {
@@ -326,7 +443,11 @@ impl Tokenizer {
 
     /// Splits out special tokens, longest first (llama.cpp's partition).
     fn partition<'t>(&self, text: &'t str, parse_special: bool) -> Vec<Fragment<'t>> {
-        let mut frags = if text.is_empty() { vec![] } else { vec![Fragment::Text(text)] };
+        let mut frags = if text.is_empty() {
+            vec![]
+        } else {
+            vec![Fragment::Text(text)]
+        };
         for (sp, id, control) in &self.specials {
             if *control && !parse_special {
                 continue;
@@ -357,7 +478,10 @@ impl Tokenizer {
     /// Decodes ids to text (lossy for invalid UTF-8, which cannot arise
     /// from whole outputs of a well-formed vocabulary).
     pub fn decode(&self, ids: &[u32]) -> String {
-        let bytes: Vec<u8> = ids.iter().flat_map(|&id| self.token_bytes(id).iter().copied()).collect();
+        let bytes: Vec<u8> = ids
+            .iter()
+            .flat_map(|&id| self.token_bytes(id).iter().copied())
+            .collect();
         String::from_utf8_lossy(&bytes).into_owned()
     }
 }
@@ -370,7 +494,12 @@ enum Fragment<'t> {
 /// Derives BPE merges from a SentencePiece vocabulary: every way to split a
 /// normal piece into two pieces that are both in the vocabulary is a merge,
 /// ranked by the merged piece's score (higher first), then by id.
-fn spm_merges(tokens: &[String], scores: &[f64], types: &[i32], vocab: &HashMap<String, u32>) -> Vec<(String, String)> {
+fn spm_merges(
+    tokens: &[String],
+    scores: &[f64],
+    types: &[i32],
+    vocab: &HashMap<String, u32>,
+) -> Vec<(String, String)> {
     let mut merges: Vec<(f64, u32, usize, String, String)> = Vec::new();
     for (id, piece) in tokens.iter().enumerate() {
         if types[id] != token_type::NORMAL || vocab.get(piece) != Some(&(id as u32)) {

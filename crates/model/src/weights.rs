@@ -21,8 +21,22 @@ pub struct Tensor {
 impl Tensor {
     /// `bytes[start..start + len]` must hold exactly the tensor's data;
     /// sources check this before constructing.
-    pub(crate) fn new(name: String, ty: GgmlType, dims: Vec<usize>, bytes: Bytes, start: usize, len: usize) -> Self {
-        Tensor { name, ty, dims, bytes, start, len }
+    pub(crate) fn new(
+        name: String,
+        ty: GgmlType,
+        dims: Vec<usize>,
+        bytes: Bytes,
+        start: usize,
+        len: usize,
+    ) -> Self {
+        Tensor {
+            name,
+            ty,
+            dims,
+            bytes,
+            start,
+            len,
+        }
     }
 
     pub fn data(&self) -> &[u8] {
@@ -56,14 +70,22 @@ pub trait TensorSource {
     fn find(&self, name: &str) -> Option<Tensor>;
 
     fn get(&self, name: &str) -> Result<Tensor> {
-        self.find(name).ok_or_else(|| Error::MissingTensor { file: self.source_name().to_owned(), tensor: name.to_owned() })
+        self.find(name).ok_or_else(|| Error::MissingTensor {
+            file: self.source_name().to_owned(),
+            tensor: name.to_owned(),
+        })
     }
 
     /// The tensor, checked to have exactly `dims` (ggml order).
     fn get_shaped(&self, name: &str, dims: &[usize]) -> Result<Tensor> {
         let t = self.get(name)?;
         if t.dims != dims {
-            return Err(Error::TensorShape { file: self.source_name().to_owned(), tensor: name.to_owned(), got: t.dims, want: dims.to_vec() });
+            return Err(Error::TensorShape {
+                file: self.source_name().to_owned(),
+                tensor: name.to_owned(),
+                got: t.dims,
+                want: dims.to_vec(),
+            });
         }
         Ok(t)
     }
@@ -77,6 +99,13 @@ impl TensorSource for crate::gguf::GgufFile {
     fn find(&self, name: &str) -> Option<Tensor> {
         let info = self.header.tensor(name)?;
         let start = self.header.data_offset + info.offset;
-        Some(Tensor::new(info.name.clone(), info.ty, info.dims.clone(), self.bytes().clone(), start, info.n_bytes))
+        Some(Tensor::new(
+            info.name.clone(),
+            info.ty,
+            info.dims.clone(),
+            self.bytes().clone(),
+            start,
+            info.n_bytes,
+        ))
     }
 }

@@ -26,7 +26,10 @@ pub fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {
-        ((q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
+        (
+            (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4),
+            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+        )
     }
 }
 
@@ -168,7 +171,15 @@ fn make_qx_quants_rmse1(nmax: i32, x: &[f32], l_out: &mut [i8]) -> f32 {
 /// The shared first half of Q4_K/Q5_K quantization: per-sub-block scales
 /// and mins, packed into `scales` (12 bytes), plus `d`/`dmin` written to
 /// `head` (4 bytes); returns the final levels in `l`.
-fn quantize_k_scales(x: &[f32], nmax: i32, rmin: f32, nstep: i32, head: &mut [u8], scales_out: &mut [u8], l: &mut [u8; QK_K]) {
+fn quantize_k_scales(
+    x: &[f32],
+    nmax: i32,
+    rmin: f32,
+    nstep: i32,
+    head: &mut [u8],
+    scales_out: &mut [u8],
+    l: &mut [u8; QK_K],
+) {
     let mut laux = [0u8; 32];
     let mut weights = [0f32; 32];
     let mut mins = [0f32; 8];
@@ -184,7 +195,16 @@ fn quantize_k_scales(x: &[f32], nmax: i32, rmin: f32, nstep: i32, head: &mut [u8
         for (w, &v) in weights.iter_mut().zip(xs) {
             *w = av_x + v.abs();
         }
-        let (s, m) = make_qkx2_quants(nmax, xs, &weights, &mut l[32 * j..32 * j + 32], &mut laux, rmin, 0.1, nstep);
+        let (s, m) = make_qkx2_quants(
+            nmax,
+            xs,
+            &weights,
+            &mut l[32 * j..32 * j + 32],
+            &mut laux,
+            rmin,
+            0.1,
+            nstep,
+        );
         scales[j] = s;
         mins[j] = m;
         if s > max_scale {
@@ -194,7 +214,11 @@ fn quantize_k_scales(x: &[f32], nmax: i32, rmin: f32, nstep: i32, head: &mut [u8
             max_min = m;
         }
     }
-    let inv_scale = if max_scale > 0.0 { 63.0 / max_scale } else { 0.0 };
+    let inv_scale = if max_scale > 0.0 {
+        63.0 / max_scale
+    } else {
+        0.0
+    };
     let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
     scales_out[..12].fill(0);
     for j in 0..QK_K / 32 {
@@ -321,7 +345,8 @@ pub fn quantize_q6_k(src: &[f32], dst: &mut [u8]) {
         let mut scales = [0f32; QK_K / 16];
         let (mut max_scale, mut max_abs_scale) = (0.0f32, 0.0f32);
         for ib in 0..QK_K / 16 {
-            let s = make_qx_quants_rmse1(32, &x[16 * ib..16 * ib + 16], &mut l[16 * ib..16 * ib + 16]);
+            let s =
+                make_qx_quants_rmse1(32, &x[16 * ib..16 * ib + 16], &mut l[16 * ib..16 * ib + 16]);
             scales[ib] = s;
             if s.abs() > max_abs_scale {
                 max_abs_scale = s.abs();
@@ -361,7 +386,10 @@ pub fn quantize_q6_k(src: &[f32], dst: &mut [u8]) {
                 let q4 = l[j + i + 96] & 0xf;
                 ql[i] = q1 | (q3 << 4);
                 ql[i + 32] = q2 | (q4 << 4);
-                qh[i] = (l[j + i] >> 4) | ((l[j + i + 32] >> 4) << 2) | ((l[j + i + 64] >> 4) << 4) | ((l[j + i + 96] >> 4) << 6);
+                qh[i] = (l[j + i] >> 4)
+                    | ((l[j + i + 32] >> 4) << 2)
+                    | ((l[j + i + 64] >> 4) << 4)
+                    | ((l[j + i + 96] >> 4) << 6);
             }
         }
     }

@@ -84,7 +84,9 @@ impl GgmlType {
     pub fn block_size(self) -> usize {
         match self {
             GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 1,
-            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 => 32,
+            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 => {
+                32
+            }
             GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => QK_K,
         }
     }
@@ -109,8 +111,12 @@ impl GgmlType {
     /// whole number of blocks.
     pub fn row_bytes(self, elements: usize) -> Result<usize> {
         let block = self.block_size();
-        if elements % block != 0 {
-            return Err(Error::RowNotBlockMultiple { ty: self.name(), len: elements, block });
+        if !elements.is_multiple_of(block) {
+            return Err(Error::RowNotBlockMultiple {
+                ty: self.name(),
+                len: elements,
+                block,
+            });
         }
         Ok(elements / block * self.block_bytes())
     }
@@ -130,7 +136,12 @@ impl std::fmt::Display for GgmlType {
 fn check_lengths(ty: GgmlType, elements: usize, bytes: usize) -> Result<()> {
     let expected = ty.row_bytes(elements)?;
     if expected != bytes {
-        return Err(Error::ByteLength { ty: ty.name(), elements, expected, got: bytes });
+        return Err(Error::ByteLength {
+            ty: ty.name(),
+            elements,
+            expected,
+            got: bytes,
+        });
     }
     Ok(())
 }

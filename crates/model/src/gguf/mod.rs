@@ -70,13 +70,21 @@ impl GgufFile {
         let bytes = map_file(path)?;
         let name = path.display().to_string();
         let header = GgufHeader::parse(bytes.as_slice(), &name)?;
-        Ok(GgufFile { name, header, bytes })
+        Ok(GgufFile {
+            name,
+            header,
+            bytes,
+        })
     }
 
     /// Parses an in-memory file (tests, fuzzing).
     pub fn from_bytes(name: &str, data: Vec<u8>) -> Result<Self> {
         let header = GgufHeader::parse(&data, name)?;
-        Ok(GgufFile { name: name.to_owned(), header, bytes: Bytes::Owned(std::sync::Arc::new(data)) })
+        Ok(GgufFile {
+            name: name.to_owned(),
+            header,
+            bytes: Bytes::Owned(std::sync::Arc::new(data)),
+        })
     }
 
     /// The file's bytes (shared; cloning is cheap).
@@ -86,7 +94,13 @@ impl GgufFile {
 
     /// The data of tensor `name`, a slice of the map.
     pub fn tensor_bytes(&self, name: &str) -> Result<(&TensorInfo, &[u8])> {
-        let info = self.header.tensor(name).ok_or_else(|| Error::MissingTensor { file: self.name.clone(), tensor: name.to_owned() })?;
+        let info = self
+            .header
+            .tensor(name)
+            .ok_or_else(|| Error::MissingTensor {
+                file: self.name.clone(),
+                tensor: name.to_owned(),
+            })?;
         let start = self.header.data_offset + info.offset;
         Ok((info, &self.bytes.as_slice()[start..start + info.n_bytes]))
     }
@@ -107,11 +121,17 @@ impl GgufHeader {
         let mut r = Reader { data, pos: 0, file };
         let magic: [u8; 4] = r.take(4, "magic")?.try_into().unwrap_or([0; 4]);
         if magic != MAGIC {
-            return Err(Error::BadMagic { file: file.to_owned(), magic });
+            return Err(Error::BadMagic {
+                file: file.to_owned(),
+                magic,
+            });
         }
         let version = r.u32("version")?;
         if version != 2 && version != 3 {
-            return Err(Error::UnsupportedVersion { file: file.to_owned(), version });
+            return Err(Error::UnsupportedVersion {
+                file: file.to_owned(),
+                version,
+            });
         }
         let n_tensors = r.u64("tensor count")?;
         let n_kv = r.u64("metadata count")?;
@@ -133,7 +153,11 @@ impl GgufHeader {
             None => DEFAULT_ALIGNMENT,
             Some(v) => match v.as_u64() {
                 Some(a) if a > 0 && a.is_power_of_two() && a <= 1 << 20 => a as usize,
-                _ => return Err(r.malformed(format!("general.alignment {v:?} is not a power of two"))),
+                _ => {
+                    return Err(
+                        r.malformed(format!("general.alignment {v:?} is not a power of two"))
+                    )
+                }
             },
         };
         r.check_count(n_tensors, 24, "tensor count")?;
@@ -141,22 +165,38 @@ impl GgufHeader {
         let mut tensor_index = HashMap::with_capacity(n_tensors as usize);
         for _ in 0..n_tensors {
             let info = r.tensor_info(alignment)?;
-            if tensor_index.insert(info.name.clone(), tensors.len()).is_some() {
+            if tensor_index
+                .insert(info.name.clone(), tensors.len())
+                .is_some()
+            {
                 return Err(r.malformed(format!("duplicate tensor {:?}", info.name)));
             }
             tensors.push(info);
         }
         let data_offset = r.pos.div_ceil(alignment) * alignment;
         for t in &tensors {
-            let end = data_offset.checked_add(t.offset).and_then(|s| s.checked_add(t.n_bytes));
+            let end = data_offset
+                .checked_add(t.offset)
+                .and_then(|s| s.checked_add(t.n_bytes));
             if end.is_none_or(|e| e > data.len()) {
                 return Err(r.malformed(format!(
                     "tensor {:?} (offset {}, {} bytes) extends past the end of the file ({} bytes)",
-                    t.name, t.offset, t.n_bytes, data.len()
+                    t.name,
+                    t.offset,
+                    t.n_bytes,
+                    data.len()
                 )));
             }
         }
-        Ok(GgufHeader { version, metadata, index, tensors, tensor_index, alignment, data_offset })
+        Ok(GgufHeader {
+            version,
+            metadata,
+            index,
+            tensors,
+            tensor_index,
+            alignment,
+            data_offset,
+        })
     }
 }
 
@@ -169,12 +209,19 @@ struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     fn malformed(&self, what: String) -> Error {
-        Error::Malformed { file: self.file.to_owned(), what }
+        Error::Malformed {
+            file: self.file.to_owned(),
+            what,
+        }
     }
 
     fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8]> {
         if self.data.len() - self.pos < n {
-            return Err(Error::Truncated { file: self.file.to_owned(), what: what.to_owned(), offset: self.pos });
+            return Err(Error::Truncated {
+                file: self.file.to_owned(),
+                what: what.to_owned(),
+                offset: self.pos,
+            });
         }
         let s = &self.data[self.pos..self.pos + n];
         self.pos += n;
@@ -188,7 +235,10 @@ impl<'a> Reader<'a> {
     /// Rejects a count whose entries could not fit in the remaining bytes.
     fn check_count(&self, n: u64, min_entry_bytes: u64, what: &str) -> Result<()> {
         if n.saturating_mul(min_entry_bytes) > self.remaining() as u64 {
-            return Err(self.malformed(format!("{what} {n} cannot fit in the {} bytes that remain", self.remaining())));
+            return Err(self.malformed(format!(
+                "{what} {n} cannot fit in the {} bytes that remain",
+                self.remaining()
+            )));
         }
         Ok(())
     }
@@ -211,14 +261,20 @@ impl<'a> Reader<'a> {
     fn raw_string(&mut self, what: &str) -> Result<&'a [u8]> {
         let len = self.u64(what)?;
         if len > self.remaining() as u64 {
-            return Err(self.malformed(format!("{what}: string length {len} exceeds the {} bytes that remain", self.remaining())));
+            return Err(self.malformed(format!(
+                "{what}: string length {len} exceeds the {} bytes that remain",
+                self.remaining()
+            )));
         }
         self.take(len as usize, what)
     }
 
     fn string(&mut self, what: &str) -> Result<String> {
         let raw = self.raw_string(what)?;
-        String::from_utf8(raw.to_vec()).map_err(|_| Error::InvalidUtf8 { file: self.file.to_owned(), key: what.to_owned() })
+        String::from_utf8(raw.to_vec()).map_err(|_| Error::InvalidUtf8 {
+            file: self.file.to_owned(),
+            key: what.to_owned(),
+        })
     }
 
     fn value(&mut self, ty: u32, key: &str, depth: usize) -> Result<Value> {
@@ -234,7 +290,9 @@ impl<'a> Reader<'a> {
             BOOL => match self.array::<1>(key)?[0] {
                 0 => Value::Bool(false),
                 1 => Value::Bool(true),
-                b => return Err(self.malformed(format!("{key:?}: bool byte {b} is neither 0 nor 1"))),
+                b => {
+                    return Err(self.malformed(format!("{key:?}: bool byte {b} is neither 0 nor 1")))
+                }
             },
             STRING => Value::String(self.string(key)?),
             U64 => Value::U64(self.u64(key)?),
@@ -242,7 +300,9 @@ impl<'a> Reader<'a> {
             F64 => Value::F64(f64::from_le_bytes(self.array(key)?)),
             ARRAY => {
                 if depth >= MAX_NESTING {
-                    return Err(self.malformed(format!("{key:?}: arrays nested deeper than {MAX_NESTING}")));
+                    return Err(
+                        self.malformed(format!("{key:?}: arrays nested deeper than {MAX_NESTING}"))
+                    );
                 }
                 let elem = self.u32(key)?;
                 let n = self.u64(key)?;
@@ -252,7 +312,11 @@ impl<'a> Reader<'a> {
                     U32 | I32 | F32 => 4,
                     U64 | I64 | F64 | STRING => 8,
                     ARRAY => 12,
-                    t => return Err(self.malformed(format!("{key:?}: unknown array element type {t}"))),
+                    t => {
+                        return Err(
+                            self.malformed(format!("{key:?}: unknown array element type {t}"))
+                        )
+                    }
                 };
                 self.check_count(n, min, &format!("{key:?}: array length"))?;
                 let mut v = Vec::with_capacity(n as usize);
@@ -269,12 +333,16 @@ impl<'a> Reader<'a> {
         let name = self.string("tensor name")?;
         let n_dims = self.u32(&format!("dimension count of tensor {name:?}"))? as usize;
         if n_dims == 0 || n_dims > MAX_DIMS {
-            return Err(self.malformed(format!("tensor {name:?} has {n_dims} dimensions (1..={MAX_DIMS} allowed)")));
+            return Err(self.malformed(format!(
+                "tensor {name:?} has {n_dims} dimensions (1..={MAX_DIMS} allowed)"
+            )));
         }
         let mut dims = Vec::with_capacity(n_dims);
         for _ in 0..n_dims {
             let d = self.u64(&format!("dimensions of tensor {name:?}"))?;
-            dims.push(usize::try_from(d).map_err(|_| self.malformed(format!("tensor {name:?}: dimension {d} too large")))?);
+            dims.push(usize::try_from(d).map_err(|_| {
+                self.malformed(format!("tensor {name:?}: dimension {d} too large"))
+            })?);
         }
         let type_raw = self.u32(&format!("type of tensor {name:?}"))?;
         let offset = self.u64(&format!("offset of tensor {name:?}"))?;
@@ -284,7 +352,8 @@ impl<'a> Reader<'a> {
             type_name: ggml_type_name(type_raw),
         })?;
         let n_elements = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
-        let n_elements = n_elements.ok_or_else(|| self.malformed(format!("tensor {name:?}: element count overflows")))?;
+        let n_elements = n_elements
+            .ok_or_else(|| self.malformed(format!("tensor {name:?}: element count overflows")))?;
         if dims[0] % ty.block_size() != 0 {
             return Err(self.malformed(format!(
                 "tensor {name:?}: row length {} is not a multiple of the {} block size {}",
@@ -296,20 +365,68 @@ impl<'a> Reader<'a> {
         let n_bytes = (n_elements / ty.block_size())
             .checked_mul(ty.block_bytes())
             .ok_or_else(|| self.malformed(format!("tensor {name:?}: byte size overflows")))?;
-        let offset = usize::try_from(offset).map_err(|_| self.malformed(format!("tensor {name:?}: offset too large")))?;
+        let offset = usize::try_from(offset)
+            .map_err(|_| self.malformed(format!("tensor {name:?}: offset too large")))?;
         if offset % alignment != 0 {
-            return Err(self.malformed(format!("tensor {name:?}: offset {offset} is not a multiple of the alignment {alignment}")));
+            return Err(self.malformed(format!(
+                "tensor {name:?}: offset {offset} is not a multiple of the alignment {alignment}"
+            )));
         }
-        Ok(TensorInfo { name, dims, ty, offset, n_bytes })
+        Ok(TensorInfo {
+            name,
+            dims,
+            ty,
+            offset,
+            n_bytes,
+        })
     }
 }
 
 /// ggml's name for a tensor type id, including the ones hasten rejects.
 pub fn ggml_type_name(id: u32) -> String {
     const NAMES: [&str; 42] = [
-        "F32", "F16", "Q4_0", "Q4_1", "Q4_2", "Q4_3", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K",
-        "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "I8", "I16", "I32", "I64", "F64", "IQ1_M",
-        "BF16", "Q4_0_4_4", "Q4_0_4_8", "Q4_0_8_8", "TQ1_0", "TQ2_0", "IQ4_NL_4_4", "IQ4_NL_4_8", "IQ4_NL_8_8", "MXFP4", "NVFP4", "?",
+        "F32",
+        "F16",
+        "Q4_0",
+        "Q4_1",
+        "Q4_2",
+        "Q4_3",
+        "Q5_0",
+        "Q5_1",
+        "Q8_0",
+        "Q8_1",
+        "Q2_K",
+        "Q3_K",
+        "Q4_K",
+        "Q5_K",
+        "Q6_K",
+        "Q8_K",
+        "IQ2_XXS",
+        "IQ2_XS",
+        "IQ3_XXS",
+        "IQ1_S",
+        "IQ4_NL",
+        "IQ3_S",
+        "IQ2_S",
+        "IQ4_XS",
+        "I8",
+        "I16",
+        "I32",
+        "I64",
+        "F64",
+        "IQ1_M",
+        "BF16",
+        "Q4_0_4_4",
+        "Q4_0_4_8",
+        "Q4_0_8_8",
+        "TQ1_0",
+        "TQ2_0",
+        "IQ4_NL_4_4",
+        "IQ4_NL_4_8",
+        "IQ4_NL_8_8",
+        "MXFP4",
+        "NVFP4",
+        "?",
     ];
     match NAMES.get(id as usize) {
         Some(n) if *n != "?" => format!("{n} (id {id})"),

@@ -17,8 +17,17 @@ fn sample() -> GgufWriter {
         .kv("u64", Value::U64(u64::MAX))
         .kv("i64", Value::I64(i64::MIN))
         .kv("f64", Value::F64(-2.25))
-        .kv("arr", Value::Array(vec![Value::Array(vec![Value::I32(1), Value::I32(2)]), Value::Array(vec![Value::I32(3)])]))
-        .kv("strs", Value::Array(vec![Value::String("a".into()), Value::String("βγ".into())]));
+        .kv(
+            "arr",
+            Value::Array(vec![
+                Value::Array(vec![Value::I32(1), Value::I32(2)]),
+                Value::Array(vec![Value::I32(3)]),
+            ]),
+        )
+        .kv(
+            "strs",
+            Value::Array(vec![Value::String("a".into()), Value::String("βγ".into())]),
+        );
     w.tensor("a", &[32, 2], GgmlType::Q8_0, vec![1u8; 68]);
     w.tensor("b", &[3], GgmlType::F32, vec![2u8; 12]);
     w
@@ -34,7 +43,10 @@ fn round_trips_every_value_type_and_tensor() {
         assert_eq!(h.get(k), Some(v), "{k}");
     }
     let (info, data) = f.tensor_bytes("a").unwrap();
-    assert_eq!((info.dims.as_slice(), info.ty, data), (&[32usize, 2][..], GgmlType::Q8_0, &[1u8; 68][..]));
+    assert_eq!(
+        (info.dims.as_slice(), info.ty, data),
+        (&[32usize, 2][..], GgmlType::Q8_0, &[1u8; 68][..])
+    );
     let (_, data) = f.tensor_bytes("b").unwrap();
     assert_eq!(data, &[2u8; 12]);
     assert_eq!(h.data_offset % 32, 0);
@@ -53,7 +65,9 @@ fn honours_general_alignment_and_version_2() {
 }
 
 fn err(bytes: Vec<u8>) -> String {
-    GgufFile::from_bytes("bad.gguf", bytes).unwrap_err().to_string()
+    GgufFile::from_bytes("bad.gguf", bytes)
+        .unwrap_err()
+        .to_string()
 }
 
 #[test]
@@ -70,7 +84,12 @@ fn bad_magic_and_version() {
 fn every_truncation_is_an_error() {
     let b = sample().to_bytes();
     let h = GgufFile::from_bytes("t", b.clone()).unwrap().header;
-    let end = h.data_offset + h.tensors.iter().map(|t| t.offset + t.n_bytes).max().unwrap();
+    let end = h.data_offset
+        + h.tensors
+            .iter()
+            .map(|t| t.offset + t.n_bytes)
+            .max()
+            .unwrap();
     for len in 0..end {
         let e = err(b[..len].to_vec());
         assert!(e.starts_with("bad.gguf:"), "len {len}: {e}");
@@ -105,13 +124,21 @@ fn tensor_past_end_and_wrong_shape() {
 #[test]
 fn unsupported_type_names_tensor_and_type() {
     let mut w = GgufWriter::new();
-    w.tensor("blk.0.ffn_up.weight", &[256], GgmlType::F32, vec![0u8; 1024]);
+    w.tensor(
+        "blk.0.ffn_up.weight",
+        &[256],
+        GgmlType::F32,
+        vec![0u8; 1024],
+    );
     let mut b = w.to_bytes();
     // The type id follows name, n_dims and one dim.
     let pos = 24 + 8 + "blk.0.ffn_up.weight".len() + 4 + 8;
     b[pos..pos + 4].copy_from_slice(&16u32.to_le_bytes());
     let e = err(b);
-    assert!(e.contains("blk.0.ffn_up.weight") && e.contains("IQ2_XXS"), "{e}");
+    assert!(
+        e.contains("blk.0.ffn_up.weight") && e.contains("IQ2_XXS"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -30,7 +30,8 @@ impl GgufWriter {
     /// Adds a tensor; `dims` in ggml order (row length first), `data` already
     /// encoded as `ty`.
     pub fn tensor(&mut self, name: &str, dims: &[usize], ty: GgmlType, data: Vec<u8>) -> &mut Self {
-        self.tensors.push((name.to_owned(), dims.to_vec(), ty, data));
+        self.tensors
+            .push((name.to_owned(), dims.to_vec(), ty, data));
         self
     }
 
@@ -75,7 +76,7 @@ impl GgufWriter {
 }
 
 fn pad(out: &mut Vec<u8>, align: usize) {
-    while out.len() % align != 0 {
+    while !out.len().is_multiple_of(align) {
         out.push(0);
     }
 }

@@ -5,9 +5,11 @@ use crate::gguf::GgufFile;
 use std::path::PathBuf;
 
 pub(crate) fn testdata() -> PathBuf {
-    std::env::var_os("HASTEN_TESTDATA").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/testdata")
-    })
+    std::env::var_os("HASTEN_TESTDATA")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/testdata")
+        })
 }
 
 fn check_vectors(name: &str) {
@@ -23,22 +25,39 @@ fn check_vectors(name: &str) {
         texts.pop();
     }
     let expected: Vec<&str> = out.lines().collect();
-    assert_eq!(texts.len(), expected.len(), "{name}: .inp and .out disagree on the number of cases");
+    assert_eq!(
+        texts.len(),
+        expected.len(),
+        "{name}: .inp and .out disagree on the number of cases"
+    );
     let mut failures = Vec::new();
     for (text, want) in texts.iter().zip(&expected) {
-        let want: Vec<u32> = want.split_whitespace().map(|s| s.parse().unwrap()).collect();
+        let want: Vec<u32> = want
+            .split_whitespace()
+            .map(|s| s.parse().unwrap())
+            .collect();
         let got = tok.encode(text, false, false).unwrap();
         if got != want {
             failures.push(format!("{text:?}\n  want {want:?}\n  got  {got:?}"));
         }
         // Decoding the ids gives the text back (SentencePiece adds one leading space).
         let dec = tok.decode(&got);
-        let dec = if tok.kind() == Kind::SentencePiece { dec.strip_prefix(' ').unwrap_or(&dec).to_owned() } else { dec };
+        let dec = if tok.kind() == Kind::SentencePiece {
+            dec.strip_prefix(' ').unwrap_or(&dec).to_owned()
+        } else {
+            dec
+        };
         if dec != *text {
             failures.push(format!("decode({text:?}) = {dec:?}"));
         }
     }
-    assert!(failures.is_empty(), "{name}: {} of {} cases differ:\n{}", failures.len(), texts.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{name}: {} of {} cases differ:\n{}",
+        failures.len(),
+        texts.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]

@@ -35,18 +35,34 @@ struct Outcome {
 }
 
 fn check_prompt(m: &Model, prompt: &Value, tol: f32) -> Result<Outcome, String> {
-    let tokens: Vec<u32> = prompt["tokens"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect();
+    let tokens: Vec<u32> = prompt["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap() as u32)
+        .collect();
     let steps = prompt["steps"].as_array().unwrap();
     let mut s = Session::new(m, tokens.len() + steps.len(), Threads::new(2).unwrap());
     let mut logits = s.feed(&tokens).map_err(|e| e.to_string())?;
-    let mut out = Outcome { compared_steps: 0, max_diff: 0.0 };
+    let mut out = Outcome {
+        compared_steps: 0,
+        max_diff: 0.0,
+    };
     for (i, step) in steps.iter().enumerate() {
-        let top: Vec<(u32, f32)> = step["top"].as_array().unwrap().iter().map(|p| (p[0].as_u64().unwrap() as u32, p[1].as_f64().unwrap() as f32)).collect();
+        let top: Vec<(u32, f32)> = step["top"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (p[0].as_u64().unwrap() as u32, p[1].as_f64().unwrap() as f32))
+            .collect();
         for &(id, want) in &top {
             let d = (logits[id as usize] - want).abs();
             out.max_diff = out.max_diff.max(d);
             if d > tol {
-                return Err(format!("step {i}: logit of token {id} is {} vs llama.cpp {want} (tolerance {tol})", logits[id as usize]));
+                return Err(format!(
+                    "step {i}: logit of token {id} is {} vs llama.cpp {want} (tolerance {tol})",
+                    logits[id as usize]
+                ));
             }
         }
         out.compared_steps = i + 1;
@@ -72,9 +88,17 @@ fn logits_and_greedy_tokens_match_llama_cpp() {
     let mut report = Vec::new();
     for fx in golden["fixtures"].as_array().unwrap() {
         let name = fx["name"].as_str().unwrap();
-        let args: Vec<&str> = fx["synth_args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+        let args: Vec<&str> = fx["synth_args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
         let ty = GgmlType::from_name(args[1]).unwrap();
-        let fixture = Fixture { qwen2: args.contains(&"--qwen2"), ..Fixture::tiny(ty) };
+        let fixture = Fixture {
+            qwen2: args.contains(&"--qwen2"),
+            ..Fixture::tiny(ty)
+        };
         let path = dir.path().join(format!("{name}.gguf"));
         fixture.write_gguf(&vocab(), &path).unwrap();
         let f = GgufFile::open(&path).unwrap();
@@ -84,14 +108,24 @@ fn logits_and_greedy_tokens_match_llama_cpp() {
         let mut compared = 0;
         for p in fx["prompts"].as_array().unwrap() {
             let text = p["text"].as_str().unwrap();
-            let want: Vec<u32> = p["tokens"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect();
+            let want: Vec<u32> = p["tokens"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t.as_u64().unwrap() as u32)
+                .collect();
             if tok.encode(text, true, false).unwrap() != want {
-                failures.push(format!("{name} {text:?}: tokenization differs from llama.cpp's"));
+                failures.push(format!(
+                    "{name} {text:?}: tokenization differs from llama.cpp's"
+                ));
             }
             match check_prompt(&m, p, tolerance(ty)) {
                 Ok(o) => {
                     compared += o.compared_steps;
-                    report.push(format!("{name} {text:?}: {} steps, max |diff| {:.4}", o.compared_steps, o.max_diff));
+                    report.push(format!(
+                        "{name} {text:?}: {} steps, max |diff| {:.4}",
+                        o.compared_steps, o.max_diff
+                    ));
                 }
                 Err(e) => failures.push(format!("{name} {text:?}: {e}")),
             }
@@ -99,7 +133,9 @@ fn logits_and_greedy_tokens_match_llama_cpp() {
         // Fixture weights keep margins comfortable; a fixture that lets the
         // comparison stop almost at once would test nothing.
         if compared < 60 {
-            failures.push(format!("{name}: only {compared} greedy steps were comparable"));
+            failures.push(format!(
+                "{name}: only {compared} greedy steps were comparable"
+            ));
         }
     }
     eprintln!("{}", report.join("\n"));

@@ -13,7 +13,11 @@ use hasten_model::testing::Fixture;
 use std::path::PathBuf;
 
 fn testdata() -> PathBuf {
-    std::env::var_os("HASTEN_TESTDATA").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/testdata"))
+    std::env::var_os("HASTEN_TESTDATA")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/testdata")
+        })
 }
 
 pub(crate) fn vocab() -> PathBuf {
@@ -21,7 +25,11 @@ pub(crate) fn vocab() -> PathBuf {
 }
 
 fn small(ty: GgmlType, qwen2: bool) -> Fixture {
-    Fixture { qwen2, vocab_size: 32000, ..Fixture::tiny(ty) }
+    Fixture {
+        qwen2,
+        vocab_size: 32000,
+        ..Fixture::tiny(ty)
+    }
 }
 
 fn gguf_model(fx: &Fixture, dir: &tempfile::TempDir) -> Model {
@@ -34,7 +42,10 @@ fn gguf_model(fx: &Fixture, dir: &tempfile::TempDir) -> Model {
 
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 const PROMPT: [u32; 9] = [1, 15043, 3186, 29892, 920, 526, 366, 29973, 13];
@@ -47,7 +58,11 @@ fn safetensors_and_gguf_give_the_same_logits() {
         let g = gguf_model(&fx, &dir);
         fx.write_safetensors(dir.path()).unwrap();
         let st = SafetensorsDir::open(dir.path()).unwrap();
-        let c = Config::from_hf_json(&std::fs::read_to_string(dir.path().join("config.json")).unwrap(), "config.json").unwrap();
+        let c = Config::from_hf_json(
+            &std::fs::read_to_string(dir.path().join("config.json")).unwrap(),
+            "config.json",
+        )
+        .unwrap();
         let h = Model::load(&st, c, Naming::HuggingFace).unwrap();
         let t = Threads::new(2).unwrap();
         let a = Session::new(&g, 64, t).feed(&PROMPT).unwrap();
@@ -86,8 +101,18 @@ fn a_batch_of_sequences_equals_each_alone() {
     let mut kv = KvCache::new(c, 8, 4);
     let mut s = Scratch::new(c, 32, 2);
     let batch = [
-        SeqBatch { tokens: a, start_pos: 0, block_table: &[5, 1], want_logits: true },
-        SeqBatch { tokens: b, start_pos: 0, block_table: &[0, 7], want_logits: true },
+        SeqBatch {
+            tokens: a,
+            start_pos: 0,
+            block_table: &[5, 1],
+            want_logits: true,
+        },
+        SeqBatch {
+            tokens: b,
+            start_pos: 0,
+            block_table: &[0, 7],
+            want_logits: true,
+        },
     ];
     let logits = m.forward(&batch, &mut kv, &mut s, t).unwrap().to_vec();
     let v = c.vocab_size;
@@ -97,7 +122,12 @@ fn a_batch_of_sequences_equals_each_alone() {
     let mut sa = Session::new(&m, 64, t);
     sa.feed(a).unwrap();
     let step_a = sa.feed(&[42]).unwrap();
-    let batch = [SeqBatch { tokens: &[42], start_pos: 5, block_table: &[5, 1], want_logits: true }];
+    let batch = [SeqBatch {
+        tokens: &[42],
+        start_pos: 5,
+        block_table: &[5, 1],
+        want_logits: true,
+    }];
     let got = m.forward(&batch, &mut kv, &mut s, t).unwrap().to_vec();
     assert!(max_diff(&got, &step_a) < 1e-3);
 }
@@ -111,17 +141,28 @@ fn bad_batches_are_errors_not_panics() {
     let mut kv = KvCache::new(&m.config, 2, 4);
     let mut s = Scratch::new(&m.config, 8, 1);
     let cases: [(&[u32], usize, &[u32]); 4] = [
-        (&[1, 2, 3, 4, 5], 0, &[0]),  // table too short
-        (&[1, 2], 0, &[9]),           // block outside the pool
-        (&[40000], 0, &[0]),          // token outside the vocabulary
-        (&[1; 9], 0, &[0, 1, 0]),     // more tokens than scratch holds
+        (&[1, 2, 3, 4, 5], 0, &[0]), // table too short
+        (&[1, 2], 0, &[9]),          // block outside the pool
+        (&[40000], 0, &[0]),         // token outside the vocabulary
+        (&[1; 9], 0, &[0, 1, 0]),    // more tokens than scratch holds
     ];
     for (tokens, start_pos, table) in cases {
-        let batch = [SeqBatch { tokens, start_pos, block_table: table, want_logits: true }];
-        assert!(m.forward(&batch, &mut kv, &mut s, t).is_err(), "{tokens:?} {table:?}");
+        let batch = [SeqBatch {
+            tokens,
+            start_pos,
+            block_table: table,
+            want_logits: true,
+        }];
+        assert!(
+            m.forward(&batch, &mut kv, &mut s, t).is_err(),
+            "{tokens:?} {table:?}"
+        );
     }
     let mut sess = Session::new(&m, 4, t);
-    let e = sess.feed(&[1, 2, 3, 4, 5]).err().expect("overflow is an error").to_string();
+    let e = sess
+        .feed(&[1, 2, 3, 4, 5])
+        .expect_err("overflow is an error")
+        .to_string();
     assert!(e.contains("context"), "{e}");
 }
 
@@ -149,11 +190,22 @@ fn missing_tensor_and_wrong_shape_are_named() {
     }
     let broken = GgufFile::from_bytes("broken.gguf", w.to_bytes()).unwrap();
     let c = Config::from_gguf(&broken.header, "broken.gguf", 32000).unwrap();
-    let e = Model::load(&broken, c, Naming::Gguf).err().expect("missing tensor is an error").to_string();
-    assert!(e.contains("blk.1.ffn_up.weight") && e.contains("broken.gguf"), "{e}");
+    let e = Model::load(&broken, c, Naming::Gguf)
+        .expect_err("missing tensor is an error")
+        .to_string();
+    assert!(
+        e.contains("blk.1.ffn_up.weight") && e.contains("broken.gguf"),
+        "{e}"
+    );
     let mut w = GgufWriter::new();
     w.kv("general.architecture", Value::String("gpt-j".into()));
-    let e = Config::from_gguf(&GgufFile::from_bytes("x.gguf", w.to_bytes()).unwrap().header, "x.gguf", 1).unwrap_err().to_string();
+    let e = Config::from_gguf(
+        &GgufFile::from_bytes("x.gguf", w.to_bytes()).unwrap().header,
+        "x.gguf",
+        1,
+    )
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("gpt-j"), "{e}");
 }
 

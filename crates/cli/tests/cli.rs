@@ -1,0 +1,172 @@
+//! The `hasten` binary driven as a user would: synthesize a model, run it,
+//! tokenize with it, and feed it bad input.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn hasten(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hasten"))
+        .args(args)
+        .env("HASTEN_TESTDATA", testdata())
+        .output()
+        .expect("runs")
+}
+
+fn testdata() -> PathBuf {
+    std::env::var_os("HASTEN_TESTDATA")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/testdata")
+        })
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn tiny_model(dir: &tempfile::TempDir) -> String {
+    let path = dir.path().join("tiny.gguf");
+    let o = hasten(&[
+        "synth",
+        "--shape",
+        "tiny",
+        "--type",
+        "q8_0",
+        "-o",
+        path.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    path.to_str().unwrap().to_owned()
+}
+
+#[test]
+fn run_streams_text_and_reports_stats() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(&dir);
+    let run = |seed: &str| {
+        hasten(&[
+            "run",
+            "--model",
+            &model,
+            "-p",
+            "Hello world",
+            "-n",
+            "12",
+            "--seed",
+            seed,
+            "--ignore-eos",
+            "--json-stats",
+            "-t",
+            "2",
+            "--temperature",
+            "5",
+            "--top-k",
+            "0",
+            "--min-p",
+            "0",
+        ])
+    };
+    let o = run("7");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!String::from_utf8_lossy(&o.stdout).trim().is_empty());
+    let err = stderr(&o);
+    let stats: serde_json::Value = serde_json::from_str(err.lines().last().unwrap()).unwrap();
+    assert_eq!(stats["generated_tokens"], 12);
+    assert_eq!(stats["prompt_tokens"], 3);
+    assert!(stats["ttft_ms"].as_f64().unwrap() > 0.0);
+    assert!(stats["decode_tokens_per_s"].as_f64().unwrap() > 0.0);
+    // Same seed, same text; another seed, other text.
+    assert_eq!(run("7").stdout, o.stdout);
+    assert_ne!(run("8").stdout, o.stdout);
+}
+
+#[test]
+fn chat_mode_and_greedy_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(&dir);
+    let o = hasten(&[
+        "run",
+        "--model",
+        &model,
+        "-p",
+        "Hi",
+        "--chat",
+        "--system",
+        "Be brief",
+        "-n",
+        "5",
+        "--temperature",
+        "0",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+#[test]
+fn tokenize_matches_llama_cpp_vectors() {
+    let vocab = testdata().join("tokenizer/ggml-vocab-llama-spm.gguf");
+    let o = hasten(&[
+        "tokenize",
+        "--model",
+        vocab.to_str().unwrap(),
+        "--no-bos",
+        "Hello world",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "15043 3186");
+    let o = hasten(&[
+        "tokenize",
+        "--model",
+        vocab.to_str().unwrap(),
+        "--pieces",
+        "Hello",
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "1\t\"<s>\"\n15043\t\"▁Hello\"\n"
+    );
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(&dir);
+    let bytes = std::fs::read(&model).unwrap();
+    let truncated = dir.path().join("truncated.gguf");
+    std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
+    let not_gguf = dir.path().join("notes.gguf");
+    std::fs::write(&not_gguf, "hello").unwrap();
+    let long_prompt = "word ".repeat(600);
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["run", "--model", truncated.to_str().unwrap(), "-p", "x"],
+            "extends past the end",
+        ),
+        (
+            vec!["run", "--model", not_gguf.to_str().unwrap(), "-p", "x"],
+            "not a GGUF file",
+        ),
+        (
+            vec!["run", "--model", "/nonexistent/model.gguf", "-p", "x"],
+            "No such file",
+        ),
+        (
+            vec!["run", "--model", &model, "-p", &long_prompt],
+            "context holds 512",
+        ),
+        (
+            vec!["run", "--model", &model, "-p", "x", "-t", "100000"],
+            "thread count",
+        ),
+        (
+            vec!["run", "--model", &model, "-p", "x", "--top-p", "0"],
+            "top_p",
+        ),
+    ];
+    for (args, want) in cases {
+        let o = hasten(&args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
