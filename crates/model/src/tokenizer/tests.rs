@@ -17,6 +17,16 @@ fn check_vectors(name: &str) {
     let path = dir.join(format!("ggml-vocab-{name}.gguf"));
     let f = GgufFile::open(&path).unwrap_or_else(|e| panic!("{e} (set HASTEN_TESTDATA)"));
     let tok = Tokenizer::from_gguf(&f.header, &f.name).unwrap();
+    check_vectors_with(name, &tok);
+    // The same vocabulary exported as tokenizer.json and loaded back through
+    // the Hugging Face path gives the same ids.
+    let hf = Tokenizer::from_hf_json(&tok.to_hf_json().unwrap(), None, &[], false).unwrap();
+    assert_eq!(hf.kind(), tok.kind());
+    check_vectors_with(name, &hf);
+}
+
+fn check_vectors_with(name: &str, tok: &Tokenizer) {
+    let dir = testdata().join("tokenizer");
     let inp = std::fs::read_to_string(dir.join(format!("ggml-vocab-{name}.gguf.inp"))).unwrap();
     let out = std::fs::read_to_string(dir.join(format!("ggml-vocab-{name}.gguf.out"))).unwrap();
     // As llama.cpp's test-tokenizer-0: a separator ends each text, the last included.
@@ -90,4 +100,32 @@ fn control_tokens_are_parsed_only_when_asked() {
     let plain = tok.encode("<|im_start|>user", false, false).unwrap();
     assert!(!plain.contains(&im_start));
     assert!(tok.token_bytes(im_start).is_empty());
+}
+
+#[test]
+fn streaming_detokenization_handles_byte_fallback_and_space_marker() {
+    use crate::detok::Detokenizer;
+    let f = GgufFile::open(&testdata().join("tokenizer/ggml-vocab-llama-spm.gguf")).unwrap();
+    let tok = Tokenizer::from_gguf(&f.header, &f.name).unwrap();
+    let text = "Hi 😀 日本 ñ\ttab";
+    let ids = tok.encode(text, false, false).unwrap();
+    // The emoji has no piece of its own: it arrives as four byte tokens.
+    assert!(
+        ids.iter()
+            .filter(|&&i| tok.piece(i).starts_with("<0x"))
+            .count()
+            >= 4
+    );
+    let mut d = Detokenizer::new();
+    let mut streamed = String::new();
+    for &id in &ids {
+        let piece = d.push(tok.token_bytes(id));
+        assert!(
+            !piece.contains('\u{FFFD}'),
+            "a token boundary split a character"
+        );
+        streamed.push_str(&piece);
+    }
+    streamed.push_str(&d.flush());
+    assert_eq!(streamed, format!(" {text}"));
 }

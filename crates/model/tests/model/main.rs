@@ -210,3 +210,92 @@ fn missing_tensor_and_wrong_shape_are_named() {
 }
 
 mod llama_cpp;
+
+/// A checkpoint directory split in two shards, with tokenizer.json and a
+/// chat template in tokenizer_config.json, loads through `loader::load` and
+/// gives the same logits as the single-file GGUF of the same weights.
+#[test]
+fn sharded_hf_checkpoint_loads_end_to_end() {
+    use hasten_model::tokenizer::Tokenizer;
+    let fx = small(GgmlType::F32, false);
+    let dir = tempfile::tempdir().unwrap();
+    let g = gguf_model(&fx, &dir);
+    let ck = dir.path().join("ck");
+    std::fs::create_dir_all(&ck).unwrap();
+    fx.write_safetensors(&ck).unwrap();
+    std::fs::remove_file(ck.join("model.safetensors")).unwrap();
+    let weights = fx.hf_weights();
+    let mut index = serde_json::Map::new();
+    let half = weights.len() / 2;
+    for (shard, part) in [&weights[..half], &weights[half..]].iter().enumerate() {
+        let file = format!("model-{:05}-of-00002.safetensors", shard + 1);
+        let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = part
+            .iter()
+            .map(|(n, s, v)| {
+                (
+                    n.clone(),
+                    s.clone(),
+                    v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                )
+            })
+            .collect();
+        let views: Vec<_> = bytes
+            .iter()
+            .map(|(n, s, b)| {
+                (
+                    n.clone(),
+                    safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b)
+                        .unwrap(),
+                )
+            })
+            .collect();
+        safetensors::tensor::serialize_to_file(views, &None, &ck.join(&file)).unwrap();
+        for (n, _, _) in part.iter() {
+            index.insert(n.clone(), serde_json::Value::String(file.clone()));
+        }
+    }
+    std::fs::write(
+        ck.join("model.safetensors.index.json"),
+        serde_json::json!({ "weight_map": index }).to_string(),
+    )
+    .unwrap();
+    let f = GgufFile::open(&vocab()).unwrap();
+    let spm = Tokenizer::from_gguf(&f.header, &f.name).unwrap();
+    std::fs::write(ck.join("tokenizer.json"), spm.to_hf_json().unwrap()).unwrap();
+    let tc = serde_json::json!({
+        "bos_token": "<s>", "eos_token": {"content": "</s>"}, "add_bos_token": true,
+        "chat_template": "{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}",
+    });
+    std::fs::write(ck.join("tokenizer_config.json"), tc.to_string()).unwrap();
+
+    let lm = hasten_model::loader::load(&ck).unwrap();
+    assert_eq!(lm.tokenizer.bos, Some(1));
+    assert_eq!(lm.tokenizer.eos, vec![2]);
+    let prompt = lm
+        .tokenizer
+        .encode("Hello world, how are you?", true, false)
+        .unwrap();
+    assert_eq!(
+        prompt,
+        spm.encode("Hello world, how are you?", true, false)
+            .unwrap()
+    );
+    let chat = lm
+        .template
+        .as_ref()
+        .unwrap()
+        .render(&[hasten_model::chat::Message::new("user", "hi")], true)
+        .unwrap();
+    assert_eq!(chat, "<s>[user] hi\n");
+    let t = Threads::new(2).unwrap();
+    let a = Session::new(&lm.model, 64, t).feed(&prompt).unwrap();
+    let b = Session::new(&g, 64, t).feed(&prompt).unwrap();
+    assert!(max_diff(&a, &b) < 1e-3);
+    // A shard listed in the index but missing is an error naming it.
+    std::fs::remove_file(ck.join("model-00002-of-00002.safetensors")).unwrap();
+    let e = hasten_model::loader::load(&ck)
+        .err()
+        .expect("missing shard")
+        .to_string();
+    assert!(e.contains("model-00002-of-00002.safetensors"), "{e}");
+}
