@@ -9,10 +9,13 @@
 //! variants added later must be tested against these on random inputs.
 
 pub mod attention;
+pub mod cpu;
 pub mod error;
 pub mod matmul;
 pub mod ops;
 pub mod quant;
+#[cfg(target_arch = "x86_64")]
+mod simd;
 pub mod threads;
 
 pub use error::{Error, Result};

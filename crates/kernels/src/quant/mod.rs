@@ -5,8 +5,9 @@
 //! on byte slices (no transmutes), so this module is safe code and serves as
 //! the reference that SIMD kernels are tested against.
 
+pub mod dot;
 mod kquants;
-mod legacy;
+pub(crate) mod legacy;
 
 use crate::{Error, Result};
 use half::{bf16, f16};

@@ -1,0 +1,132 @@
+//! Instruction-set detection and the kernel table.
+//!
+//! The best tier the CPU supports is detected once, at first use; the
+//! environment variable `HASTEN_ISA=scalar|avx2|avx512` can force a lower
+//! tier (never a higher one), so tests can cover every tier on one machine.
+//! Callers fetch function pointers from [`kernels`] instead of branching
+//! on the tier per call.
+
+use crate::quant::GgmlType;
+use std::sync::OnceLock;
+
+/// Instruction-set tiers, lowest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Isa {
+    Scalar,
+    /// AVX2 + FMA + F16C.
+    Avx2,
+    /// AVX-512 F/BW/VL with VNNI (detected; kernels fall back to AVX2 for now).
+    Avx512,
+}
+
+impl Isa {
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Avx2 => "avx2",
+            Isa::Avx512 => "avx512",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "scalar" => Some(Isa::Scalar),
+            "avx2" => Some(Isa::Avx2),
+            "avx512" => Some(Isa::Avx512),
+            _ => None,
+        }
+    }
+}
+
+/// The best tier this CPU supports.
+pub fn supported() -> Isa {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c");
+        let avx512 = avx2 && is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("avx512vl") && is_x86_feature_detected!("avx512vnni");
+        if avx512 {
+            return Isa::Avx512;
+        }
+        if avx2 {
+            return Isa::Avx2;
+        }
+    }
+    Isa::Scalar
+}
+
+/// The tier in use: [`supported`], lowered by `HASTEN_ISA` if set.
+pub fn isa() -> Isa {
+    static ISA: OnceLock<Isa> = OnceLock::new();
+    *ISA.get_or_init(|| {
+        let best = supported();
+        match std::env::var("HASTEN_ISA").ok().as_deref().and_then(Isa::parse) {
+            Some(forced) => forced.min(best),
+            None => best,
+        }
+    })
+}
+
+/// Dot product of one quantized weight row with one quantized activation
+/// row (both whole blocks of the same length).
+pub type QuantDot = fn(w: &[u8], x: &[u8]) -> f32;
+/// Quantizes an f32 activation row into blocks of the activation type.
+pub type QuantizeRow = fn(x: &[f32], out: &mut [u8]);
+/// f32 dot product of an f16 row (little-endian bytes) with an f32 row.
+pub type F16Dot = fn(w: &[u8], x: &[f32]) -> f32;
+
+/// How the products with one weight type are computed.
+#[derive(Clone, Copy)]
+pub struct QuantPath {
+    /// Activation block type (Q8_0 for the 32-blocks, Q8_K for k-quants).
+    pub act: GgmlType,
+    pub quantize: QuantizeRow,
+    pub dot: QuantDot,
+}
+
+/// Function pointers resolved once for the tier in use.
+#[derive(Clone, Copy)]
+pub struct Kernels {
+    pub isa: Isa,
+    pub q8_0: QuantPath,
+    pub q4_0: QuantPath,
+    pub f16_dot: F16Dot,
+}
+
+impl Kernels {
+    /// The integer path for a weight type, if it has one.
+    pub fn quant_path(&self, ty: GgmlType) -> Option<QuantPath> {
+        match ty {
+            GgmlType::Q8_0 => Some(self.q8_0),
+            GgmlType::Q4_0 => Some(self.q4_0),
+            _ => None,
+        }
+    }
+
+    /// The table for a given tier (tests use this to cover every tier).
+    pub fn for_isa(isa: Isa) -> Self {
+        let scalar = Kernels {
+            isa: Isa::Scalar,
+            q8_0: QuantPath { act: GgmlType::Q8_0, quantize: crate::quant::dot::quantize_q8_0_act, dot: crate::quant::dot::dot_q8_0_q8_0 },
+            q4_0: QuantPath { act: GgmlType::Q8_0, quantize: crate::quant::dot::quantize_q8_0_act, dot: crate::quant::dot::dot_q4_0_q8_0 },
+            f16_dot: crate::quant::dot::dot_f16_f32,
+        };
+        #[cfg(target_arch = "x86_64")]
+        if isa >= Isa::Avx2 && supported() >= Isa::Avx2 {
+            use crate::simd::avx2;
+            return Kernels {
+                isa: Isa::Avx2,
+                q8_0: QuantPath { act: GgmlType::Q8_0, quantize: avx2::quantize_q8_0, dot: avx2::dot_q8_0_q8_0 },
+                q4_0: QuantPath { act: GgmlType::Q8_0, quantize: avx2::quantize_q8_0, dot: avx2::dot_q4_0_q8_0 },
+                f16_dot: avx2::dot_f16_f32,
+            };
+        }
+        let _ = isa;
+        scalar
+    }
+}
+
+/// The kernel table for [`isa`].
+pub fn kernels() -> &'static Kernels {
+    static K: OnceLock<Kernels> = OnceLock::new();
+    K.get_or_init(|| Kernels::for_isa(isa()))
+}

@@ -1,0 +1,159 @@
+//! AVX2 + FMA + F16C kernels (the tier of most x86-64 CPUs since 2013).
+//!
+//! Each safe wrapper is handed out by [`crate::cpu::Kernels::for_isa`] only
+//! after `is_x86_feature_detected!` confirmed AVX2, FMA and F16C, which is
+//! the safety condition of every `#[target_feature]` function below.
+
+#![allow(unsafe_code)]
+
+use crate::quant::read_f16;
+use std::arch::x86_64::*;
+
+const QK: usize = 32;
+
+/// Q8_0 weights · Q8_0 activations.
+pub fn dot_q8_0_q8_0(w: &[u8], x: &[u8]) -> f32 {
+    let n = (w.len() / 34).min(x.len() / 34);
+    // SAFETY: this function is only reachable through the kernel table,
+    // which offers it only when AVX2/FMA/F16C were detected; the inner
+    // function reads exactly `n` whole blocks of each slice.
+    unsafe { dot_q8_0_q8_0_impl(&w[..n * 34], &x[..n * 34]) }
+}
+
+/// Q4_0 weights · Q8_0 activations.
+pub fn dot_q4_0_q8_0(w: &[u8], x: &[u8]) -> f32 {
+    let n = (w.len() / 18).min(x.len() / 34);
+    // SAFETY: as in `dot_q8_0_q8_0`: features detected, `n` whole blocks.
+    unsafe { dot_q4_0_q8_0_impl(&w[..n * 18], &x[..n * 34]) }
+}
+
+/// f16 weights · f32 activations.
+pub fn dot_f16_f32(w: &[u8], x: &[f32]) -> f32 {
+    let n = (w.len() / 2).min(x.len());
+    // SAFETY: features detected by the kernel table; `n` elements of each.
+    unsafe { dot_f16_f32_impl(&w[..n * 2], &x[..n]) }
+}
+
+/// Quantizes activations to Q8_0 blocks (`x.len()` a multiple of 32).
+pub fn quantize_q8_0(x: &[f32], out: &mut [u8]) {
+    let n = (x.len() / QK).min(out.len() / 34);
+    // SAFETY: features detected by the kernel table; `n` whole blocks.
+    unsafe { quantize_q8_0_impl(&x[..n * QK], &mut out[..n * 34]) }
+}
+
+/// Sum of the 8 f32 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn hsum(v: __m256) -> f32 {
+    let lo = _mm256_castps256_ps128(v);
+    let hi = _mm256_extractf128_ps(v, 1);
+    let s = _mm_add_ps(lo, hi);
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+/// Signed 8-bit dot product of 32 lanes, as 8 f32 partial sums:
+/// |x| · sign(x)·y with `maddubs`, then pairs summed with `madd`.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn mul_sum_i8(x: __m256i, y: __m256i) -> __m256 {
+    let ax = _mm256_sign_epi8(x, x);
+    let sy = _mm256_sign_epi8(y, x);
+    let dot16 = _mm256_maddubs_epi16(ax, sy);
+    let dot32 = _mm256_madd_epi16(dot16, _mm256_set1_epi16(1));
+    _mm256_cvtepi32_ps(dot32)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q8_0_q8_0_impl(w: &[u8], x: &[u8]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    for (bw, bx) in w.chunks_exact(34).zip(x.chunks_exact(34)) {
+        let d = _mm256_set1_ps(read_f16(bw) * read_f16(bx));
+        // SAFETY: each block holds 32 quant bytes after its 2-byte scale.
+        let qw = unsafe { _mm256_loadu_si256(bw.as_ptr().add(2) as *const __m256i) };
+        let qx = unsafe { _mm256_loadu_si256(bx.as_ptr().add(2) as *const __m256i) };
+        acc = _mm256_fmadd_ps(d, mul_sum_i8(qw, qx), acc);
+    }
+    hsum(acc)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q4_0_q8_0_impl(w: &[u8], x: &[u8]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    let mask = _mm256_set1_epi8(0x0f);
+    let eight = _mm256_set1_epi8(8);
+    for (bw, bx) in w.chunks_exact(18).zip(x.chunks_exact(34)) {
+        let d = _mm256_set1_ps(read_f16(bw) * read_f16(bx));
+        // SAFETY: a Q4_0 block holds 16 nibble bytes after its scale.
+        let packed = unsafe { _mm_loadu_si128(bw.as_ptr().add(2) as *const __m128i) };
+        // Low nibbles are elements 0..16, high nibbles 16..32.
+        let both = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
+        let qw = _mm256_sub_epi8(_mm256_and_si256(both, mask), eight);
+        // SAFETY: a Q8_0 block holds 32 quant bytes after its scale.
+        let qx = unsafe { _mm256_loadu_si256(bx.as_ptr().add(2) as *const __m256i) };
+        acc = _mm256_fmadd_ps(d, mul_sum_i8(qw, qx), acc);
+    }
+    hsum(acc)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_f16_f32_impl(w: &[u8], x: &[f32]) -> f32 {
+    let n = x.len();
+    let mut acc0 = _mm256_setzero_ps();
+    let mut acc1 = _mm256_setzero_ps();
+    let mut i = 0;
+    while i + 16 <= n {
+        // SAFETY: i + 16 <= n elements remain in both slices.
+        unsafe {
+            let h0 = _mm_loadu_si128(w.as_ptr().add(2 * i) as *const __m128i);
+            let h1 = _mm_loadu_si128(w.as_ptr().add(2 * i + 16) as *const __m128i);
+            acc0 = _mm256_fmadd_ps(_mm256_cvtph_ps(h0), _mm256_loadu_ps(x.as_ptr().add(i)), acc0);
+            acc1 = _mm256_fmadd_ps(_mm256_cvtph_ps(h1), _mm256_loadu_ps(x.as_ptr().add(i + 8)), acc1);
+        }
+        i += 16;
+    }
+    let mut s = hsum(_mm256_add_ps(acc0, acc1));
+    while i < n {
+        s += read_f16(&w[2 * i..]) * x[i];
+        i += 1;
+    }
+    s
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn quantize_q8_0_impl(x: &[f32], out: &mut [u8]) {
+    let sign_bit = _mm256_set1_ps(-0.0);
+    for (xb, ob) in x.chunks_exact(QK).zip(out.chunks_exact_mut(34)) {
+        // SAFETY: each chunk holds 32 f32 values.
+        let v: [__m256; 4] = unsafe { std::array::from_fn(|k| _mm256_loadu_ps(xb.as_ptr().add(8 * k))) };
+        let mut amax = _mm256_andnot_ps(sign_bit, v[0]);
+        for vk in &v[1..] {
+            amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign_bit, *vk));
+        }
+        let m128 = _mm_max_ps(_mm256_extractf128_ps(amax, 1), _mm256_castps256_ps128(amax));
+        let m128 = _mm_max_ps(m128, _mm_movehl_ps(m128, m128));
+        let m128 = _mm_max_ss(m128, _mm_movehdup_ps(m128));
+        let max = _mm_cvtss_f32(m128);
+        let d = max / 127.0;
+        // The same float steps as the scalar reference, so both tiers agree bit for bit.
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        ob[..2].copy_from_slice(&half::f16::from_f32(d).to_le_bytes());
+        let mul = _mm256_set1_ps(id);
+        // Round half away from zero, as the scalar reference's `roundf`.
+        let half_ = _mm256_set1_ps(0.5);
+        let r: [__m256i; 4] = std::array::from_fn(|k| {
+            let s = _mm256_mul_ps(v[k], mul);
+            let sgn = _mm256_and_ps(s, sign_bit);
+            let t = _mm256_add_ps(_mm256_andnot_ps(sign_bit, s), half_);
+            _mm256_cvttps_epi32(_mm256_or_ps(_mm256_round_ps(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC), sgn))
+        });
+        // Pack i32 -> i16 -> i8; packs interleave 128-bit lanes, so permute back.
+        let p01 = _mm256_packs_epi32(r[0], r[1]);
+        let p23 = _mm256_packs_epi32(r[2], r[3]);
+        let p = _mm256_packs_epi16(p01, p23);
+        let p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        // SAFETY: the block has 32 quant bytes after its scale.
+        unsafe { _mm256_storeu_si256(ob.as_mut_ptr().add(2) as *mut __m256i, p) };
+    }
+}
