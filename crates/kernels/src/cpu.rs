@@ -42,8 +42,14 @@ impl Isa {
 pub fn supported() -> Isa {
     #[cfg(target_arch = "x86_64")]
     {
-        let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c");
-        let avx512 = avx2 && is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("avx512vl") && is_x86_feature_detected!("avx512vnni");
+        let avx2 = is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c");
+        let avx512 = avx2
+            && is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512vl")
+            && is_x86_feature_detected!("avx512vnni");
         if avx512 {
             return Isa::Avx512;
         }
@@ -59,7 +65,11 @@ pub fn isa() -> Isa {
     static ISA: OnceLock<Isa> = OnceLock::new();
     *ISA.get_or_init(|| {
         let best = supported();
-        match std::env::var("HASTEN_ISA").ok().as_deref().and_then(Isa::parse) {
+        match std::env::var("HASTEN_ISA")
+            .ok()
+            .as_deref()
+            .and_then(Isa::parse)
+        {
             Some(forced) => forced.min(best),
             None => best,
         }
@@ -106,8 +116,16 @@ impl Kernels {
     pub fn for_isa(isa: Isa) -> Self {
         let scalar = Kernels {
             isa: Isa::Scalar,
-            q8_0: QuantPath { act: GgmlType::Q8_0, quantize: crate::quant::dot::quantize_q8_0_act, dot: crate::quant::dot::dot_q8_0_q8_0 },
-            q4_0: QuantPath { act: GgmlType::Q8_0, quantize: crate::quant::dot::quantize_q8_0_act, dot: crate::quant::dot::dot_q4_0_q8_0 },
+            q8_0: QuantPath {
+                act: GgmlType::Q8_0,
+                quantize: crate::quant::dot::quantize_q8_0_act,
+                dot: crate::quant::dot::dot_q8_0_q8_0,
+            },
+            q4_0: QuantPath {
+                act: GgmlType::Q8_0,
+                quantize: crate::quant::dot::quantize_q8_0_act,
+                dot: crate::quant::dot::dot_q4_0_q8_0,
+            },
             f16_dot: crate::quant::dot::dot_f16_f32,
         };
         #[cfg(target_arch = "x86_64")]
@@ -115,8 +133,16 @@ impl Kernels {
             use crate::simd::avx2;
             return Kernels {
                 isa: Isa::Avx2,
-                q8_0: QuantPath { act: GgmlType::Q8_0, quantize: avx2::quantize_q8_0, dot: avx2::dot_q8_0_q8_0 },
-                q4_0: QuantPath { act: GgmlType::Q8_0, quantize: avx2::quantize_q8_0, dot: avx2::dot_q4_0_q8_0 },
+                q8_0: QuantPath {
+                    act: GgmlType::Q8_0,
+                    quantize: avx2::quantize_q8_0,
+                    dot: avx2::dot_q8_0_q8_0,
+                },
+                q4_0: QuantPath {
+                    act: GgmlType::Q8_0,
+                    quantize: avx2::quantize_q8_0,
+                    dot: avx2::dot_q4_0_q8_0,
+                },
                 f16_dot: avx2::dot_f16_f32,
             };
         }

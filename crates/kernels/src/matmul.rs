@@ -4,6 +4,7 @@
 //! every activation row, so one pass over the weights serves the whole batch.
 //! Work is split across threads by weight rows.
 
+use crate::cpu::kernels;
 use crate::quant::{dequantize_row, GgmlType};
 use crate::threads::{par_chunks, Threads};
 use crate::{Error, Result};
@@ -51,12 +52,77 @@ impl<'a> WeightMatrix<'a> {
 }
 
 thread_local! {
-    static SCRATCH: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+    static SCRATCH: RefCell<(Vec<f32>, Vec<f32>, Vec<u8>)> = const { RefCell::new((Vec::new(), Vec::new(), Vec::new())) };
 }
 
 /// `out[t, r] = sum_c w[r, c] * x[t, c]` for `n = x.len() / cols` rows of
 /// activations; `out` is `[n, rows]`.
+///
+/// Uses the fastest kernel of [`crate::cpu::kernels`]: for Q8_0/Q4_0 weights
+/// the activations are quantized to Q8_0 once and every product is an
+/// integer dot (as ggml does); F16 weights use an F16C dot; other types take
+/// [`matmul_reference`]'s path.
 pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads) -> Result<()> {
+    let n = check_shapes(w, x, out)?;
+    let k = kernels();
+    if let Some(path) = k.quant_path(w.ty) {
+        let act_rb = path.act.row_bytes(w.cols)?;
+        let mut xq = SCRATCH.with(|s| std::mem::take(&mut s.borrow_mut().2));
+        xq.clear();
+        xq.resize(n * act_rb, 0);
+        for (xr, qr) in x.chunks_exact(w.cols).zip(xq.chunks_exact_mut(act_rb)) {
+            (path.quantize)(xr, qr);
+        }
+        let xq_ref = &xq;
+        for_rows(w, n, out, threads, |r, dst| {
+            let row = w.row(r);
+            for (t, d) in dst.iter_mut().enumerate() {
+                *d = (path.dot)(row, &xq_ref[t * act_rb..(t + 1) * act_rb]);
+            }
+        });
+        SCRATCH.with(|s| s.borrow_mut().2 = xq);
+        return Ok(());
+    }
+    if w.ty == GgmlType::F16 {
+        let dot = k.f16_dot;
+        for_rows(w, n, out, threads, |r, dst| {
+            let row = w.row(r);
+            for (t, d) in dst.iter_mut().enumerate() {
+                *d = dot(row, &x[t * w.cols..(t + 1) * w.cols]);
+            }
+        });
+        return Ok(());
+    }
+    matmul_reference(w, x, out, threads)
+}
+
+/// The reference product: each weight row dequantized to f32 once and dotted
+/// with every activation row in f32.
+pub fn matmul_reference(
+    w: &WeightMatrix<'_>,
+    x: &[f32],
+    out: &mut [f32],
+    threads: Threads,
+) -> Result<()> {
+    let n = check_shapes(w, x, out)?;
+    for_rows(w, n, out, threads, |r, dst| {
+        SCRATCH.with(|s| {
+            let row = &mut s.borrow_mut().0;
+            row.resize(w.cols, 0.0);
+            // Lengths were checked by `WeightMatrix::new` and `check_shapes`.
+            if w.dequantize_row(r, row).is_err() {
+                dst.fill(f32::NAN);
+                return;
+            }
+            for (t, d) in dst.iter_mut().enumerate() {
+                *d = dot(row, &x[t * w.cols..(t + 1) * w.cols]);
+            }
+        })
+    });
+    Ok(())
+}
+
+fn check_shapes(w: &WeightMatrix<'_>, x: &[f32], out: &[f32]) -> Result<usize> {
     let n = x.len() / w.cols.max(1);
     if x.len() != n * w.cols || out.len() != n * w.rows {
         return Err(Error::Shape {
@@ -70,17 +136,35 @@ pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads
             ),
         });
     }
+    Ok(n)
+}
+
+/// Runs `f(row, results for the n activation rows)` for every weight row,
+/// split across threads, and lays the results out as `[n, rows]`.
+fn for_rows(
+    w: &WeightMatrix<'_>,
+    n: usize,
+    out: &mut [f32],
+    threads: Threads,
+    f: impl Fn(usize, &mut [f32]) + Sync,
+) {
     if n == 1 {
         // Decode: rows of the output are contiguous, no transpose needed.
-        par_chunks(out, 1, threads, |r0, piece| rows_dot(w, x, r0, piece, 1));
-        return Ok(());
+        par_chunks(out, 1, threads, |r0, piece| {
+            for (i, d) in piece.chunks_exact_mut(1).enumerate() {
+                f(r0 + i, d);
+            }
+        });
+        return;
     }
     // Batched: compute [rows, n] into per-call scratch, then transpose to [n, rows].
     let mut tmp = SCRATCH.with(|s| std::mem::take(&mut s.borrow_mut().1));
     tmp.clear();
     tmp.resize(w.rows * n, 0.0);
     par_chunks(&mut tmp, n, threads, |r0, piece| {
-        rows_dot(w, x, r0, piece, n)
+        for (i, dst) in piece.chunks_exact_mut(n).enumerate() {
+            f(r0 + i, dst);
+        }
     });
     for r in 0..w.rows {
         for t in 0..n {
@@ -88,25 +172,6 @@ pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads
         }
     }
     SCRATCH.with(|s| s.borrow_mut().1 = tmp);
-    Ok(())
-}
-
-/// Fills `piece` (`[k, n]` for weight rows `r0..r0+k`) with dot products.
-fn rows_dot(w: &WeightMatrix<'_>, x: &[f32], r0: usize, piece: &mut [f32], n: usize) {
-    SCRATCH.with(|s| {
-        let row = &mut s.borrow_mut().0;
-        row.resize(w.cols, 0.0);
-        for (i, dst) in piece.chunks_exact_mut(n).enumerate() {
-            // Lengths were checked by `WeightMatrix::new` and `matmul`.
-            if w.dequantize_row(r0 + i, row).is_err() {
-                dst.fill(f32::NAN);
-                continue;
-            }
-            for (t, d) in dst.iter_mut().enumerate() {
-                *d = dot(row, &x[t * w.cols..(t + 1) * w.cols]);
-            }
-        }
-    });
 }
 
 /// f32 dot product with four independent accumulators.
@@ -172,9 +237,17 @@ mod tests {
                 let want = naive(&wf, rows, cols, &x);
                 for threads in [1, 3] {
                     let mut out = vec![0.0; n * rows];
-                    matmul(&w, &x, &mut out, Threads::new(threads).unwrap()).unwrap();
+                    matmul_reference(&w, &x, &mut out, Threads::new(threads).unwrap()).unwrap();
                     for (a, b) in out.iter().zip(&want) {
                         assert!((a - b).abs() < 1e-3, "{ty} rows={rows} n={n}: {a} vs {b}");
+                    }
+                    // The fast path quantizes activations to 8 bits: within 1% of the row's scale.
+                    matmul(&w, &x, &mut out, Threads::new(threads).unwrap()).unwrap();
+                    for (a, b) in out.iter().zip(&want) {
+                        assert!(
+                            (a - b).abs() < 0.01 * (cols as f32).sqrt(),
+                            "fast {ty} rows={rows} n={n}: {a} vs {b}"
+                        );
                     }
                 }
             }

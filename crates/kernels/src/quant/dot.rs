@@ -42,9 +42,11 @@ pub fn dot_q4_0_q8_0(w: &[u8], x: &[u8]) -> f32 {
 
 /// f16 weights times f32 activations, accumulated in f32.
 pub fn dot_f16_f32(w: &[u8], x: &[f32]) -> f32 {
-    w.chunks_exact(2).zip(x).map(|(b, &v)| read_f16(b) * v).sum()
+    w.chunks_exact(2)
+        .zip(x)
+        .map(|(b, &v)| read_f16(b) * v)
+        .sum()
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -54,11 +56,23 @@ mod tests {
     use rand::{Rng, SeedableRng};
 
     fn tiers() -> Vec<Kernels> {
-        [Isa::Scalar, Isa::Avx2, Isa::Avx512].into_iter().filter(|&i| i <= supported()).map(Kernels::for_isa).collect()
+        [Isa::Scalar, Isa::Avx2, Isa::Avx512]
+            .into_iter()
+            .filter(|&i| i <= supported())
+            .map(Kernels::for_isa)
+            .collect()
     }
 
     fn row(rng: &mut rand_chacha::ChaCha8Rng, n: usize) -> Vec<f32> {
-        (0..n).map(|i| if i % 97 == 5 { 30.0 } else { rng.gen_range(-2.0f32..2.0) }).collect()
+        (0..n)
+            .map(|i| {
+                if i % 97 == 5 {
+                    30.0
+                } else {
+                    rng.gen_range(-2.0f32..2.0)
+                }
+            })
+            .collect()
     }
 
     #[test]
@@ -95,10 +109,17 @@ mod tests {
                 crate::quant::dequantize_row(ty, &w, &mut wd).unwrap();
                 let exact: f32 = wd.iter().zip(&x).map(|(a, b)| a * b).sum();
                 let scale: f32 = wd.iter().zip(&x).map(|(a, b)| (a * b).abs()).sum();
-                assert!((want - exact).abs() <= 0.02 * scale + 1e-3, "{ty} {blocks}: {want} vs {exact}");
+                assert!(
+                    (want - exact).abs() <= 0.02 * scale + 1e-3,
+                    "{ty} {blocks}: {want} vs {exact}"
+                );
                 for k in tiers() {
                     let got = (k.quant_path(ty).unwrap().dot)(&w, &xq);
-                    assert!((got - want).abs() <= 1e-5 * scale + 1e-6, "{ty} {:?} {blocks}: {got} vs {want}", k.isa);
+                    assert!(
+                        (got - want).abs() <= 1e-5 * scale + 1e-6,
+                        "{ty} {:?} {blocks}: {got} vs {want}",
+                        k.isa
+                    );
                 }
             }
         }
@@ -115,7 +136,11 @@ mod tests {
             let scale: f32 = wf.iter().zip(&x).map(|(a, b)| (a * b).abs()).sum();
             for k in tiers() {
                 let got = (k.f16_dot)(&w, &x);
-                assert!((got - want).abs() <= 1e-5 * scale + 1e-6, "{:?} n={n}: {got} vs {want}", k.isa);
+                assert!(
+                    (got - want).abs() <= 1e-5 * scale + 1e-6,
+                    "{:?} n={n}: {got} vs {want}",
+                    k.isa
+                );
             }
         }
     }

@@ -108,8 +108,16 @@ unsafe fn dot_f16_f32_impl(w: &[u8], x: &[f32]) -> f32 {
         unsafe {
             let h0 = _mm_loadu_si128(w.as_ptr().add(2 * i) as *const __m128i);
             let h1 = _mm_loadu_si128(w.as_ptr().add(2 * i + 16) as *const __m128i);
-            acc0 = _mm256_fmadd_ps(_mm256_cvtph_ps(h0), _mm256_loadu_ps(x.as_ptr().add(i)), acc0);
-            acc1 = _mm256_fmadd_ps(_mm256_cvtph_ps(h1), _mm256_loadu_ps(x.as_ptr().add(i + 8)), acc1);
+            acc0 = _mm256_fmadd_ps(
+                _mm256_cvtph_ps(h0),
+                _mm256_loadu_ps(x.as_ptr().add(i)),
+                acc0,
+            );
+            acc1 = _mm256_fmadd_ps(
+                _mm256_cvtph_ps(h1),
+                _mm256_loadu_ps(x.as_ptr().add(i + 8)),
+                acc1,
+            );
         }
         i += 16;
     }
@@ -126,7 +134,8 @@ unsafe fn quantize_q8_0_impl(x: &[f32], out: &mut [u8]) {
     let sign_bit = _mm256_set1_ps(-0.0);
     for (xb, ob) in x.chunks_exact(QK).zip(out.chunks_exact_mut(34)) {
         // SAFETY: each chunk holds 32 f32 values.
-        let v: [__m256; 4] = unsafe { std::array::from_fn(|k| _mm256_loadu_ps(xb.as_ptr().add(8 * k))) };
+        let v: [__m256; 4] =
+            unsafe { std::array::from_fn(|k| _mm256_loadu_ps(xb.as_ptr().add(8 * k))) };
         let mut amax = _mm256_andnot_ps(sign_bit, v[0]);
         for vk in &v[1..] {
             amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign_bit, *vk));
@@ -146,7 +155,10 @@ unsafe fn quantize_q8_0_impl(x: &[f32], out: &mut [u8]) {
             let s = _mm256_mul_ps(v[k], mul);
             let sgn = _mm256_and_ps(s, sign_bit);
             let t = _mm256_add_ps(_mm256_andnot_ps(sign_bit, s), half_);
-            _mm256_cvttps_epi32(_mm256_or_ps(_mm256_round_ps(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC), sgn))
+            _mm256_cvttps_epi32(_mm256_or_ps(
+                _mm256_round_ps(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC),
+                sgn,
+            ))
         });
         // Pack i32 -> i16 -> i8; packs interleave 128-bit lanes, so permute back.
         let p01 = _mm256_packs_epi32(r[0], r[1]);
