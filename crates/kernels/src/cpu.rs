@@ -87,8 +87,9 @@ pub type F16Dot = fn(w: &[u8], x: &[f32]) -> f32;
 /// How the products with one weight type are computed.
 #[derive(Clone, Copy)]
 pub struct QuantPath {
-    /// Activation block type (Q8_0 for the 32-blocks, Q8_K for k-quants).
-    pub act: GgmlType,
+    /// Activation block: elements and bytes (Q8_0: 32/34, Q8_K: 256/292).
+    pub act_block: usize,
+    pub act_block_bytes: usize,
     pub quantize: QuantizeRow,
     pub dot: QuantDot,
 }
@@ -99,7 +100,16 @@ pub struct Kernels {
     pub isa: Isa,
     pub q8_0: QuantPath,
     pub q4_0: QuantPath,
+    pub q4_k: QuantPath,
+    pub q6_k: QuantPath,
     pub f16_dot: F16Dot,
+}
+
+impl QuantPath {
+    /// Bytes of one quantized activation row of `cols` elements (a multiple of the block).
+    pub fn act_row_bytes(&self, cols: usize) -> usize {
+        cols / self.act_block * self.act_block_bytes
+    }
 }
 
 impl Kernels {
@@ -108,41 +118,45 @@ impl Kernels {
         match ty {
             GgmlType::Q8_0 => Some(self.q8_0),
             GgmlType::Q4_0 => Some(self.q4_0),
+            GgmlType::Q4K => Some(self.q4_k),
+            GgmlType::Q6K => Some(self.q6_k),
             _ => None,
         }
     }
 
     /// The table for a given tier (tests use this to cover every tier).
     pub fn for_isa(isa: Isa) -> Self {
+        use crate::quant::dot as r;
+        let q80 = |quantize, dot| QuantPath {
+            act_block: 32,
+            act_block_bytes: 34,
+            quantize,
+            dot,
+        };
+        let q8k = |quantize, dot| QuantPath {
+            act_block: 256,
+            act_block_bytes: r::Q8_K_BYTES,
+            quantize,
+            dot,
+        };
         let scalar = Kernels {
             isa: Isa::Scalar,
-            q8_0: QuantPath {
-                act: GgmlType::Q8_0,
-                quantize: crate::quant::dot::quantize_q8_0_act,
-                dot: crate::quant::dot::dot_q8_0_q8_0,
-            },
-            q4_0: QuantPath {
-                act: GgmlType::Q8_0,
-                quantize: crate::quant::dot::quantize_q8_0_act,
-                dot: crate::quant::dot::dot_q4_0_q8_0,
-            },
-            f16_dot: crate::quant::dot::dot_f16_f32,
+            q8_0: q80(r::quantize_q8_0_act, r::dot_q8_0_q8_0),
+            q4_0: q80(r::quantize_q8_0_act, r::dot_q4_0_q8_0),
+            q4_k: q8k(r::quantize_q8_k_act, r::dot_q4_k_q8_k),
+            q6_k: q8k(r::quantize_q8_k_act, r::dot_q6_k_q8_k),
+            f16_dot: r::dot_f16_f32,
         };
         #[cfg(target_arch = "x86_64")]
         if isa >= Isa::Avx2 && supported() >= Isa::Avx2 {
             use crate::simd::avx2;
             return Kernels {
                 isa: Isa::Avx2,
-                q8_0: QuantPath {
-                    act: GgmlType::Q8_0,
-                    quantize: avx2::quantize_q8_0,
-                    dot: avx2::dot_q8_0_q8_0,
-                },
-                q4_0: QuantPath {
-                    act: GgmlType::Q8_0,
-                    quantize: avx2::quantize_q8_0,
-                    dot: avx2::dot_q4_0_q8_0,
-                },
+                q8_0: q80(avx2::quantize_q8_0, avx2::dot_q8_0_q8_0),
+                q4_0: q80(avx2::quantize_q8_0, avx2::dot_q4_0_q8_0),
+                // Q8_K quantization is a small share of the work; it stays scalar.
+                q4_k: q8k(r::quantize_q8_k_act, avx2::dot_q4_k_q8_k),
+                q6_k: q8k(r::quantize_q8_k_act, avx2::dot_q6_k_q8_k),
                 f16_dot: avx2::dot_f16_f32,
             };
         }

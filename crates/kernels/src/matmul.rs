@@ -66,7 +66,7 @@ pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads
     let n = check_shapes(w, x, out)?;
     let k = kernels();
     if let Some(path) = k.quant_path(w.ty) {
-        let act_rb = path.act.row_bytes(w.cols)?;
+        let act_rb = path.act_row_bytes(w.cols);
         let mut xq = SCRATCH.with(|s| std::mem::take(&mut s.borrow_mut().2));
         xq.clear();
         xq.resize(n * act_rb, 0);

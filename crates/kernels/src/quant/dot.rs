@@ -3,7 +3,8 @@
 //! then each weight block contributes `d_w * d_x * sum(q_w * q_x)` with the
 //! integer sum exact, as ggml's `ggml_vec_dot_*_q8_0` do.
 
-use super::read_f16;
+use super::kquants::{scale_min_k4, QK_K};
+use super::{nearest_int, read_f16};
 
 const QK: usize = 32;
 
@@ -46,6 +47,112 @@ pub fn dot_f16_f32(w: &[u8], x: &[f32]) -> f32 {
         .zip(x)
         .map(|(b, &v)| read_f16(b) * v)
         .sum()
+}
+
+/// Bytes of one Q8_K activation block: `d: f32, qs: [i8; 256], bsums: [i16; 16]`.
+pub const Q8_K_BYTES: usize = 4 + QK_K + 32;
+
+/// Quantizes activations to Q8_K (ggml's `quantize_row_q8_K_ref`); `bsums`
+/// hold the sums of each 16 quants, used to apply k-quant minimums.
+pub fn quantize_q8_k_act(x: &[f32], out: &mut [u8]) {
+    for (xb, ob) in x.chunks_exact(QK_K).zip(out.chunks_exact_mut(Q8_K_BYTES)) {
+        let (mut max, mut amax) = (0.0f32, 0.0f32);
+        for &v in xb {
+            if v.abs() > amax {
+                amax = v.abs();
+                max = v;
+            }
+        }
+        if amax == 0.0 {
+            ob.fill(0);
+            continue;
+        }
+        let iscale = -127.0f32 / max;
+        let (head, rest) = ob.split_at_mut(4);
+        let (qs, bsums) = rest.split_at_mut(QK_K);
+        for (q, &v) in qs.iter_mut().zip(xb) {
+            *q = (nearest_int(iscale * v).min(127) as i8) as u8;
+        }
+        for (j, b) in bsums.chunks_exact_mut(2).enumerate() {
+            let sum: i32 = qs[16 * j..16 * j + 16]
+                .iter()
+                .map(|&q| q as i8 as i32)
+                .sum();
+            b.copy_from_slice(&(sum as i16).to_le_bytes());
+        }
+        head.copy_from_slice(&(1.0 / iscale).to_le_bytes());
+    }
+}
+
+/// Parts of a Q8_K block: (d, quants, sums of each 16 quants).
+#[inline]
+pub(crate) fn q8k_parts(b: &[u8]) -> (f32, &[u8], [i32; 16]) {
+    let d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    let mut bsums = [0i32; 16];
+    for (j, s) in bsums.iter_mut().enumerate() {
+        *s = i16::from_le_bytes([b[4 + QK_K + 2 * j], b[5 + QK_K + 2 * j]]) as i32;
+    }
+    (d, &b[4..4 + QK_K], bsums)
+}
+
+/// Q4_K weights · Q8_K activations: per sub-block `d*sc*sum(q4*q8)`, minus
+/// `dmin*m*sum(q8)` taken from the block sums.
+pub fn dot_q4_k_q8_k(w: &[u8], x: &[u8]) -> f32 {
+    let mut sum = 0.0f32;
+    for (bw, bx) in w.chunks_exact(144).zip(x.chunks_exact(Q8_K_BYTES)) {
+        let (dx, q8, bsums) = q8k_parts(bx);
+        let d = read_f16(&bw[0..2]) * dx;
+        let dmin = read_f16(&bw[2..4]) * dx;
+        let scales = &bw[4..16];
+        let qs = &bw[16..144];
+        let (mut total, mut mins) = (0i32, 0i32);
+        for j in 0..8 {
+            let (sc, m) = scale_min_k4(j, scales);
+            let chunk = &qs[32 * (j / 2)..32 * (j / 2) + 32];
+            let mut s = 0i32;
+            for l in 0..32 {
+                let q = if j % 2 == 0 {
+                    chunk[l] & 0x0f
+                } else {
+                    chunk[l] >> 4
+                };
+                s += q as i32 * (q8[32 * j + l] as i8 as i32);
+            }
+            total += sc as i32 * s;
+            mins += m as i32 * (bsums[2 * j] + bsums[2 * j + 1]);
+        }
+        sum += d * total as f32 - dmin * mins as f32;
+    }
+    sum
+}
+
+/// Q6_K weights · Q8_K activations: per 16-element group `d*sc*sum(q6*q8)`.
+pub fn dot_q6_k_q8_k(w: &[u8], x: &[u8]) -> f32 {
+    let mut sum = 0.0f32;
+    for (bw, bx) in w.chunks_exact(210).zip(x.chunks_exact(Q8_K_BYTES)) {
+        let (dx, q8, _) = q8k_parts(bx);
+        let (ql, qh, sc) = (&bw[0..128], &bw[128..192], &bw[192..208]);
+        let d = read_f16(&bw[208..210]) * dx;
+        let mut q6 = [0i32; QK_K];
+        for h in 0..2 {
+            for l in 0..32 {
+                let (a, b, hb) = (ql[64 * h + l], ql[64 * h + 32 + l], qh[32 * h + l]);
+                q6[128 * h + l] = ((a & 0xf) | ((hb & 3) << 4)) as i32 - 32;
+                q6[128 * h + 32 + l] = ((b & 0xf) | (((hb >> 2) & 3) << 4)) as i32 - 32;
+                q6[128 * h + 64 + l] = ((a >> 4) | (((hb >> 4) & 3) << 4)) as i32 - 32;
+                q6[128 * h + 96 + l] = ((b >> 4) | (((hb >> 6) & 3) << 4)) as i32 - 32;
+            }
+        }
+        let mut total = 0i32;
+        for g in 0..16 {
+            let s: i32 = (0..16)
+                .map(|l| q6[16 * g + l] * (q8[16 * g + l] as i8 as i32))
+                .sum();
+            total += (sc[g] as i8 as i32) * s;
+        }
+        sum += d * total as f32;
+    }
+    sum
 }
 
 #[cfg(test)]
@@ -117,6 +224,42 @@ mod tests {
                     let got = (k.quant_path(ty).unwrap().dot)(&w, &xq);
                     assert!(
                         (got - want).abs() <= 1e-5 * scale + 1e-6,
+                        "{ty} {:?} {blocks}: {got} vs {want}",
+                        k.isa
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn k_quant_dots_match_the_reference_and_f32_on_every_tier() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(6);
+        for ty in [GgmlType::Q4K, GgmlType::Q6K] {
+            for blocks in [1, 2, 5] {
+                let n = QK_K * blocks;
+                let (wf, x) = (row(&mut rng, n), row(&mut rng, n));
+                let mut w = vec![0u8; ty.row_bytes(n).unwrap()];
+                quantize_row(ty, &wf, &mut w).unwrap();
+                let mut xq = vec![0u8; Q8_K_BYTES * blocks];
+                quantize_q8_k_act(&x, &mut xq);
+                let want = (Kernels::for_isa(Isa::Scalar).quant_path(ty).unwrap().dot)(&w, &xq);
+                let mut wd = vec![0f32; n];
+                crate::quant::dequantize_row(ty, &w, &mut wd).unwrap();
+                let exact: f32 = wd.iter().zip(&x).map(|(a, b)| a * b).sum();
+                let scale: f32 = wd.iter().zip(&x).map(|(a, b)| (a * b).abs()).sum();
+                assert!(
+                    (want - exact).abs() <= 0.02 * scale + 1e-3,
+                    "{ty} {blocks}: {want} vs {exact}"
+                );
+                for k in tiers() {
+                    let path = k.quant_path(ty).unwrap();
+                    let mut xq2 = vec![0u8; Q8_K_BYTES * blocks];
+                    (path.quantize)(&x, &mut xq2);
+                    assert_eq!(xq2, xq, "{ty} {:?}: activation quantization differs", k.isa);
+                    let got = (path.dot)(&w, &xq);
+                    assert!(
+                        (got - want).abs() <= 1e-5 * scale + 1e-5,
                         "{ty} {:?} {blocks}: {got} vs {want}",
                         k.isa
                     );

@@ -6,7 +6,7 @@
 //! the reference that SIMD kernels are tested against.
 
 pub mod dot;
-mod kquants;
+pub(crate) mod kquants;
 pub(crate) mod legacy;
 
 use crate::{Error, Result};

@@ -169,3 +169,124 @@ unsafe fn quantize_q8_0_impl(x: &[f32], out: &mut [u8]) {
         unsafe { _mm256_storeu_si256(ob.as_mut_ptr().add(2) as *mut __m256i, p) };
     }
 }
+
+/// Q4_K weights · Q8_K activations.
+pub fn dot_q4_k_q8_k(w: &[u8], x: &[u8]) -> f32 {
+    let n = (w.len() / 144).min(x.len() / Q8K);
+    // SAFETY: features detected by the kernel table; `n` whole blocks.
+    unsafe { dot_q4_k_q8_k_impl(&w[..n * 144], &x[..n * Q8K]) }
+}
+
+/// Q6_K weights · Q8_K activations.
+pub fn dot_q6_k_q8_k(w: &[u8], x: &[u8]) -> f32 {
+    let n = (w.len() / 210).min(x.len() / Q8K);
+    // SAFETY: features detected by the kernel table; `n` whole blocks.
+    unsafe { dot_q6_k_q8_k_impl(&w[..n * 210], &x[..n * Q8K]) }
+}
+
+const Q8K: usize = crate::quant::dot::Q8_K_BYTES;
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q4_k_q8_k_impl(w: &[u8], x: &[u8]) -> f32 {
+    use crate::quant::dot::q8k_parts;
+    use crate::quant::kquants::scale_min_k4;
+    let mask = _mm256_set1_epi8(0x0f);
+    let mut acc = _mm256_setzero_ps();
+    let mut acc_min = 0.0f32;
+    for (bw, bx) in w.chunks_exact(144).zip(x.chunks_exact(Q8K)) {
+        let (dx, q8, bsums) = q8k_parts(bx);
+        let d = read_f16(&bw[0..2]) * dx;
+        let dmin = read_f16(&bw[2..4]) * dx;
+        let scales = &bw[4..16];
+        let mut sumi = _mm256_setzero_si256();
+        let mut mins = 0i32;
+        for c in 0..4 {
+            let (sc1, m1) = scale_min_k4(2 * c, scales);
+            let (sc2, m2) = scale_min_k4(2 * c + 1, scales);
+            mins += m1 as i32 * (bsums[4 * c] + bsums[4 * c + 1])
+                + m2 as i32 * (bsums[4 * c + 2] + bsums[4 * c + 3]);
+            // SAFETY: 32 nibble bytes per 64-element chunk; 64 quant bytes of activations.
+            let (q4, x0, x1) = unsafe {
+                (
+                    _mm256_loadu_si256(bw.as_ptr().add(16 + 32 * c) as *const __m256i),
+                    _mm256_loadu_si256(q8.as_ptr().add(64 * c) as *const __m256i),
+                    _mm256_loadu_si256(q8.as_ptr().add(64 * c + 32) as *const __m256i),
+                )
+            };
+            let lo = _mm256_and_si256(q4, mask);
+            let hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), mask);
+            // Unsigned nibbles times signed activations, pairs summed to i16 (no overflow: 2*15*127).
+            let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), _mm256_set1_epi16(sc1 as i16));
+            let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), _mm256_set1_epi16(sc2 as i16));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        acc_min += dmin * mins as f32;
+    }
+    hsum(acc) - acc_min
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q6_k_q8_k_impl(w: &[u8], x: &[u8]) -> f32 {
+    use crate::quant::dot::q8k_parts;
+    let m4 = _mm256_set1_epi8(0x0f);
+    let m2 = _mm256_set1_epi8(0x03);
+    let mut acc = _mm256_setzero_ps();
+    let mut acc_offset = 0.0f32;
+    for (bw, bx) in w.chunks_exact(210).zip(x.chunks_exact(Q8K)) {
+        let (dx, q8, bsums) = q8k_parts(bx);
+        let d = read_f16(&bw[208..210]) * dx;
+        let sc = &bw[192..208];
+        let mut sumi = _mm256_setzero_si256();
+        // The -32 offset is applied through the block sums: sum((q6u - 32) * q8) = sum(q6u*q8) - 32*sum(q8).
+        let mut offset = 0i32;
+        for g in 0..16 {
+            offset += (sc[g] as i8 as i32) * bsums[g];
+        }
+        for h in 0..2 {
+            // SAFETY: 64 low-bit bytes and 32 high-bit bytes per 128-element half.
+            let (ql0, ql1, qh) = unsafe {
+                (
+                    _mm256_loadu_si256(bw.as_ptr().add(64 * h) as *const __m256i),
+                    _mm256_loadu_si256(bw.as_ptr().add(64 * h + 32) as *const __m256i),
+                    _mm256_loadu_si256(bw.as_ptr().add(128 + 32 * h) as *const __m256i),
+                )
+            };
+            let v = [
+                _mm256_or_si256(
+                    _mm256_and_si256(ql0, m4),
+                    _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(ql1, m4),
+                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4),
+                ),
+            ];
+            for (i, vi) in v.iter().enumerate() {
+                let g = 8 * h + 2 * i;
+                // SAFETY: 32 activation quants for elements 128h + 32i ...
+                let xv = unsafe {
+                    _mm256_loadu_si256(q8.as_ptr().add(128 * h + 32 * i) as *const __m256i)
+                };
+                let prod = _mm256_maddubs_epi16(*vi, xv);
+                // i16 lanes 0..8 cover group g, lanes 8..16 group g + 1.
+                let (sa, sb) = (sc[g] as i8 as i16, sc[g + 1] as i8 as i16);
+                let scales = _mm256_setr_epi16(
+                    sa, sa, sa, sa, sa, sa, sa, sa, sb, sb, sb, sb, sb, sb, sb, sb,
+                );
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(prod, scales));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        acc_offset += d * (32 * offset) as f32;
+    }
+    hsum(acc) - acc_offset
+}
