@@ -1,10 +1,12 @@
 //! Splitting work across threads.
 //!
-//! The reference implementation uses scoped std threads: simple, safe, and
-//! correct. A persistent spinning pool (next issue) replaces it behind the
-//! same functions once it measurably pays.
+//! A persistent pool of workers (spinning briefly, then sleeping) runs the
+//! parallel regions; `par_chunks` hands each worker a disjoint piece of the
+//! output.
 
 use crate::{Error, Result};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 /// The largest thread count accepted anywhere in hasten.
 pub const MAX_THREADS: usize = 256;
@@ -37,39 +39,210 @@ impl Threads {
 
 /// Splits `out` into at most `threads` contiguous pieces, each a whole number
 /// of `unit`-sized items, and calls `f(first_item_index, piece)` for each piece
-/// on its own thread. Runs inline when one thread suffices.
+/// on the persistent worker pool. Runs inline when one thread suffices.
 pub fn par_chunks<T: Send>(
     out: &mut [T],
     unit: usize,
     threads: Threads,
     f: impl Fn(usize, &mut [T]) + Sync,
 ) {
-    let items = out.len() / unit.max(1);
-    let n = threads.get().min(items).max(1);
+    let unit = unit.max(1);
+    let items = out.len() / unit;
+    let pool = pool();
+    let n = threads.get().min(items).min(pool.size()).max(1);
     if n == 1 {
         f(0, out);
         return;
     }
     let per = items.div_ceil(n);
-    std::thread::scope(|s| {
-        let f = &f;
-        let mut rest = out;
-        let mut first = 0;
-        let mut handles = Vec::with_capacity(n);
-        while !rest.is_empty() {
-            let take = (per * unit).min(rest.len());
-            let (piece, tail) = rest.split_at_mut(take);
-            rest = tail;
-            let start = first;
-            first += take / unit;
-            if rest.is_empty() {
-                // The calling thread does the last piece instead of idling.
-                f(start, piece);
-            } else {
-                handles.push(s.spawn(move || f(start, piece)));
-            }
+    let len = out.len();
+    let base = SendPtr(out.as_mut_ptr());
+    pool.run(n, &|i| {
+        let start = (i * per * unit).min(len);
+        // The last piece also takes any tail shorter than a unit.
+        let end = if i + 1 == n {
+            len
+        } else {
+            ((i + 1) * per * unit).min(len)
+        };
+        if start < end {
+            let base = &base;
+            // SAFETY: pieces [start, end) of different `i` are disjoint and
+            // inside `out`, which stays mutably borrowed (and so alive and
+            // unaliased) until `run` returns after every piece is done.
+            let piece = unsafe { std::slice::from_raw_parts_mut(base.0.add(start), end - start) };
+            f(start / unit, piece);
         }
     });
+}
+
+struct SendPtr<T>(*mut T);
+// SAFETY: the pointer is only used to build disjoint sub-slices of a `&mut [T]`
+// with `T: Send`, each touched by one thread (see `par_chunks`).
+unsafe impl<T: Send> Sync for SendPtr<T> {}
+
+/// The process-wide pool, one worker per core (the caller counts as one).
+pub fn pool() -> &'static Pool {
+    static POOL: OnceLock<Pool> = OnceLock::new();
+    POOL.get_or_init(|| Pool::new(Threads::available().get()))
+}
+
+type Job<'a> = &'a (dyn Fn(usize) + Sync);
+
+/// A persistent pool of spinning workers.
+///
+/// Decoding a small model runs hundreds of parallel regions per token, so
+/// spawning threads per region (tens of microseconds each) would dominate.
+/// Workers spin on an epoch counter for a short while after each job (so
+/// back-to-back regions start in well under a microsecond), then sleep on a
+/// condition variable so an idle process uses no CPU.
+pub struct Pool {
+    size: usize,
+    shared: Arc<Shared>,
+    /// Serializes callers: one job at a time.
+    lock: Mutex<()>,
+}
+
+struct Shared {
+    epoch: AtomicUsize,
+    /// Workers (indices 1..) that finished the current job.
+    done: AtomicUsize,
+    /// The current job: (its epoch, how many take part with the caller as
+    /// index 0, the lifetime-erased function, valid while `run` waits).
+    job: Mutex<(usize, usize, Option<Job<'static>>)>,
+    sleep: Mutex<()>,
+    wake: Condvar,
+}
+
+const SPIN_LIMIT: u32 = 20_000;
+
+impl Pool {
+    fn new(size: usize) -> Self {
+        let shared = Arc::new(Shared {
+            epoch: AtomicUsize::new(0),
+            done: AtomicUsize::new(0),
+            job: Mutex::new((0, 0, None)),
+            sleep: Mutex::new(()),
+            wake: Condvar::new(),
+        });
+        let mut started = 1;
+        for index in 1..size {
+            let shared = Arc::clone(&shared);
+            // A pool that cannot start a worker runs with the ones it has:
+            // `run` only waits for workers that exist.
+            let spawned = std::thread::Builder::new()
+                .name(format!("hasten-worker-{index}"))
+                .spawn(move || worker(index, &shared));
+            if spawned.is_err() {
+                break;
+            }
+            started += 1;
+        }
+        Pool {
+            size: started,
+            shared,
+            lock: Mutex::new(()),
+        }
+    }
+
+    /// Threads available, the caller included.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Runs `f(i)` for `i` in `0..n` (n <= size): `f(0)` on the caller, the
+    /// others on workers, and returns when all are done.
+    pub fn run(&self, n: usize, f: Job<'_>) {
+        let n = n.min(self.size).max(1);
+        // A region started from inside a region (or with one thread) runs
+        // inline: the pool runs one job at a time.
+        if n == 1 || IN_REGION.with(|c| c.get()) {
+            (0..n).for_each(f);
+            return;
+        }
+        IN_REGION.with(|c| c.set(true));
+        struct Leave;
+        impl Drop for Leave {
+            fn drop(&mut self) {
+                IN_REGION.with(|c| c.set(false));
+            }
+        }
+        let _leave = Leave;
+        let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let s = &*self.shared;
+        // SAFETY: the job is erased to 'static only to be stored; `run` does
+        // not return (even on panic in `f(0)`, see the guard below) until every
+        // worker has finished with it and it has been taken out again.
+        let erased: Job<'static> = unsafe { std::mem::transmute::<Job<'_>, Job<'static>>(f) };
+        s.done.store(0, Ordering::Relaxed);
+        let epoch = s.epoch.load(Ordering::Relaxed) + 1;
+        *s.job.lock().unwrap_or_else(|e| e.into_inner()) = (epoch, n, Some(erased));
+        s.epoch.store(epoch, Ordering::Release);
+        {
+            let _g = s.sleep.lock().unwrap_or_else(|e| e.into_inner());
+            s.wake.notify_all();
+        }
+        struct WaitForWorkers<'a>(&'a Shared, usize);
+        impl Drop for WaitForWorkers<'_> {
+            fn drop(&mut self) {
+                let mut spins = 0u32;
+                while self.0.done.load(Ordering::Acquire) < self.1 - 1 {
+                    spins += 1;
+                    if spins < SPIN_LIMIT {
+                        std::hint::spin_loop();
+                    } else {
+                        std::thread::yield_now();
+                    }
+                }
+                self.0.job.lock().unwrap_or_else(|e| e.into_inner()).2 = None;
+            }
+        }
+        let wait = WaitForWorkers(s, n);
+        f(0);
+        drop(wait);
+    }
+}
+
+thread_local! {
+    static IN_REGION: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+fn worker(index: usize, s: &Shared) {
+    IN_REGION.with(|c| c.set(true));
+    let mut seen = 0usize;
+    loop {
+        let mut spins = 0u32;
+        loop {
+            let e = s.epoch.load(Ordering::Acquire);
+            if e != seen {
+                seen = e;
+                break;
+            }
+            spins += 1;
+            if spins < SPIN_LIMIT {
+                std::hint::spin_loop();
+            } else {
+                let g = s.sleep.lock().unwrap_or_else(|e| e.into_inner());
+                if s.epoch.load(Ordering::Acquire) == seen {
+                    let _g = s
+                        .wake
+                        .wait_timeout(g, std::time::Duration::from_millis(50))
+                        .unwrap_or_else(|e| e.into_inner());
+                }
+                spins = 0;
+            }
+        }
+        // Take part only in the job of the epoch just seen: a worker that
+        // overslept one job must not run (or count toward) a later one twice.
+        let (epoch, active, job) = *s.job.lock().unwrap_or_else(|e| e.into_inner());
+        if epoch == seen && index < active {
+            if let Some(f) = job {
+                // A panicking kernel must not leave the caller waiting forever.
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(index)));
+            }
+            s.done.fetch_add(1, Ordering::Release);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -81,6 +254,30 @@ mod tests {
         assert!(Threads::new(0).is_err());
         assert!(Threads::new(MAX_THREADS + 1).is_err());
         assert!(Threads::new(1).is_ok());
+    }
+
+    #[test]
+    fn pool_survives_many_regions_of_varying_width_and_nesting() {
+        let mut v = vec![0u64; 4096];
+        for round in 0..3000u64 {
+            let threads = Threads::new(1 + (round as usize % 5)).unwrap();
+            let unit = 1 + (round as usize % 7);
+            par_chunks(&mut v, unit, threads, |first, piece| {
+                for (i, x) in piece.iter_mut().enumerate() {
+                    *x = round + (first * unit + i) as u64;
+                }
+                if round % 100 == 0 {
+                    // A nested region runs inline instead of deadlocking.
+                    let mut inner = vec![0u8; 64];
+                    par_chunks(&mut inner, 8, threads, |_, p| p.fill(1));
+                    assert!(inner.iter().all(|&b| b == 1));
+                }
+            });
+            assert!(
+                v.iter().enumerate().all(|(i, &x)| x == round + i as u64),
+                "round {round}"
+            );
+        }
     }
 
     #[test]
