@@ -16,8 +16,12 @@ pub struct Args {
     /// A GGUF file or a Hugging Face checkpoint directory.
     #[arg(long)]
     model: PathBuf,
-    #[arg(long, short)]
+    #[arg(long, short, default_value = "")]
     prompt: String,
+    /// Benchmark mode: use N seeded random token ids as the prompt instead
+    /// of --prompt (as llama-bench does for pp tests).
+    #[arg(long)]
+    random_prompt: Option<usize>,
     /// Wrap the prompt in the model's chat template as a user message.
     #[arg(long)]
     chat: bool,
@@ -75,7 +79,9 @@ pub fn main(a: Args) -> Result<()> {
         ..SamplingParams::default()
     };
     params.validate(lm.model.config.vocab_size)?;
-    let prompt = if a.chat {
+    let prompt = if let Some(n) = a.random_prompt {
+        random_tokens(n, tok.vocab_size().min(lm.model.config.vocab_size), a.seed)
+    } else if a.chat {
         let fallback;
         let template = match &lm.template {
             Some(t) => t,
@@ -174,4 +180,18 @@ pub fn main(a: Args) -> Result<()> {
         eprintln!("{stats}");
     }
     Ok(())
+}
+
+/// `n` token ids drawn from a seeded xorshift generator, skipping the
+/// first 3 ids (special tokens in most vocabularies).
+fn random_tokens(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
+    let mut x = seed ^ 0x9e37_79b9_7f4a_7c15;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (3 + x % (vocab.max(4) as u64 - 3)) as u32
+        })
+        .collect()
 }

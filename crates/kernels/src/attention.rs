@@ -44,28 +44,52 @@ pub fn attend(
     out: &mut [f32],
 ) {
     let hd = kv.head_dim;
-    let group = n_heads / kv.n_kv_heads;
-    let scores = &mut scores[..n_ctx];
     for h in 0..n_heads {
-        let kvh = h / group;
-        let qh = &q[h * hd..(h + 1) * hd];
-        for (p, s) in scores.iter_mut().enumerate() {
-            let off = kv.slot_offset(table, p) + kvh * hd;
-            let k = &kv.k[off..off + hd];
-            let mut acc = 0.0f32;
-            for (a, b) in qh.iter().zip(k) {
-                acc += a * b.to_f32();
-            }
-            *s = acc * scale;
+        attend_head(
+            &q[h * hd..(h + 1) * hd],
+            h,
+            kv,
+            table,
+            n_ctx,
+            n_heads,
+            scale,
+            scores,
+            &mut out[h * hd..(h + 1) * hd],
+        );
+    }
+}
+
+/// One head of [`attend`]: `q` and `out` are that head's `head_dim` values.
+/// Heads are independent, so callers may run them on different threads.
+pub fn attend_head(
+    q: &[f32],
+    head: usize,
+    kv: &PagedKv<'_>,
+    table: &[u32],
+    n_ctx: usize,
+    n_heads: usize,
+    scale: f32,
+    scores: &mut [f32],
+    out: &mut [f32],
+) {
+    let hd = kv.head_dim;
+    let kvh = head / (n_heads / kv.n_kv_heads);
+    let scores = &mut scores[..n_ctx];
+    for (p, s) in scores.iter_mut().enumerate() {
+        let off = kv.slot_offset(table, p) + kvh * hd;
+        let k = &kv.k[off..off + hd];
+        let mut acc = 0.0f32;
+        for (a, b) in q.iter().zip(k) {
+            acc += a * b.to_f32();
         }
-        softmax(scores);
-        let oh = &mut out[h * hd..(h + 1) * hd];
-        oh.fill(0.0);
-        for (p, &w) in scores.iter().enumerate() {
-            let off = kv.slot_offset(table, p) + kvh * hd;
-            for (o, v) in oh.iter_mut().zip(&kv.v[off..off + hd]) {
-                *o += w * v.to_f32();
-            }
+        *s = acc * scale;
+    }
+    softmax(scores);
+    out.fill(0.0);
+    for (p, &w) in scores.iter().enumerate() {
+        let off = kv.slot_offset(table, p) + kvh * hd;
+        for (o, v) in out.iter_mut().zip(&kv.v[off..off + hd]) {
+            *o += w * v.to_f32();
         }
     }
 }

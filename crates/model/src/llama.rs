@@ -19,7 +19,7 @@ use crate::config::{Arch, Config};
 use crate::kv::KvCache;
 use crate::weights::{Tensor, TensorSource};
 use crate::{Error, Result};
-use hasten_kernels::attention::attend;
+use hasten_kernels::attention::attend_head;
 use hasten_kernels::matmul::matmul;
 use hasten_kernels::ops::{add_assign, rms_norm, silu_mul, Rope};
 use hasten_kernels::threads::{par_chunks, Threads};
@@ -343,17 +343,27 @@ impl Model {
             let paged = kv.layer(li);
             let tok = &s.tok;
             let q = &*q;
-            par_chunks(&mut s.att[..t * qd], qd, threads, |first, piece| {
-                let mut scores = vec![0.0f32; c.context_length.min(paged.block_size * kv.n_blocks)];
-                for (i, out) in piece.chunks_exact_mut(qd).enumerate() {
-                    let j = first + i;
+            let n_heads = c.n_heads;
+            // One work item per (token, head): decode steps parallelize over heads.
+            par_chunks(&mut s.att[..t * qd], hd, threads, |first, piece| {
+                let longest = piece
+                    .chunks_exact(hd)
+                    .enumerate()
+                    .map(|(i, _)| tok[(first + i) / n_heads].1 + 1)
+                    .max()
+                    .unwrap_or(0);
+                let mut scores = vec![0.0f32; longest];
+                for (i, out) in piece.chunks_exact_mut(hd).enumerate() {
+                    let (j, head) = ((first + i) / n_heads, (first + i) % n_heads);
                     let (seq, pos) = tok[j];
-                    attend(
-                        &q[j * qd..(j + 1) * qd],
+                    let qh = &q[j * qd + head * hd..j * qd + (head + 1) * hd];
+                    attend_head(
+                        qh,
+                        head,
                         &paged,
                         batch[seq].block_table,
                         pos + 1,
-                        c.n_heads,
+                        n_heads,
                         scale,
                         &mut scores,
                         out,

@@ -219,10 +219,31 @@ fn fp32_to_bf16_ggml(x: f32) -> u16 {
     ((u + (0x7fff + ((u >> 16) & 1))) >> 16) as u16
 }
 
-/// Reads a little-endian f16 at `b[0..2]` as f32.
-#[inline]
+/// Reads a little-endian f16 at `b[0..2]` as f32 (exact; inlined into the
+/// hot loops, where a runtime-dispatched conversion per block would cost more
+/// than the block's arithmetic).
+#[inline(always)]
 pub(crate) fn read_f16(b: &[u8]) -> f32 {
-    f16::from_le_bytes([b[0], b[1]]).to_f32()
+    f16_bits_to_f32(u16::from_le_bytes([b[0], b[1]]))
+}
+
+/// IEEE binary16 bits to f32, exactly (every f16 is representable in f32).
+#[inline(always)]
+pub fn f16_bits_to_f32(h: u16) -> f32 {
+    let sign = ((h & 0x8000) as u32) << 16;
+    let exp = ((h >> 10) & 0x1f) as u32;
+    let man = (h & 0x3ff) as u32;
+    let bits = match exp {
+        0 if man == 0 => sign,
+        // Subnormal: man * 2^-24, exact in f32.
+        0 => {
+            return f32::from_bits(sign)
+                + (man as f32 * (1.0 / 16_777_216.0)) * if sign != 0 { -1.0 } else { 1.0 }
+        }
+        31 => sign | 0x7f80_0000 | (man << 13),
+        _ => sign | ((exp + 112) << 23) | (man << 13),
+    };
+    f32::from_bits(bits)
 }
 
 /// Writes `x` as a little-endian f16 into `b[0..2]`.
@@ -241,3 +262,18 @@ pub(crate) fn nearest_int(x: f32) -> i32 {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod f16_tests {
+    #[test]
+    fn f16_conversion_is_exact_for_every_bit_pattern() {
+        for h in 0..=u16::MAX {
+            let want = half::f16::from_bits(h).to_f32();
+            let got = super::f16_bits_to_f32(h);
+            assert!(
+                got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                "{h:#06x}: {got} vs {want}"
+            );
+        }
+    }
+}

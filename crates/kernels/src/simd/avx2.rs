@@ -65,36 +65,74 @@ fn mul_sum_i8(x: __m256i, y: __m256i) -> __m256 {
     _mm256_cvtepi32_ps(dot32)
 }
 
+/// A little-endian f16 at `b[0..2]` through F16C (two instructions).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn f16c(b: &[u8]) -> f32 {
+    let bits = u16::from_le_bytes([b[0], b[1]]);
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+}
+
+/// The product of one Q8_0-activation block with a weight block given as 32 signed bytes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn block_q8(qw: __m256i, dw: f32, bx: &[u8], acc: __m256) -> __m256 {
+    // SAFETY: a Q8_0 block holds 32 quant bytes after its 2-byte scale.
+    let qx = unsafe { _mm256_loadu_si256(bx.as_ptr().add(2) as *const __m256i) };
+    _mm256_fmadd_ps(_mm256_set1_ps(dw * f16c(bx)), mul_sum_i8(qw, qx), acc)
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q8_0_weights(bw: &[u8]) -> __m256i {
+    // SAFETY: each block holds 32 quant bytes after its 2-byte scale.
+    unsafe { _mm256_loadu_si256(bw.as_ptr().add(2) as *const __m256i) }
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q4_0_weights(bw: &[u8]) -> __m256i {
+    // SAFETY: a Q4_0 block holds 16 nibble bytes after its scale.
+    let packed = unsafe { _mm_loadu_si128(bw.as_ptr().add(2) as *const __m128i) };
+    // Low nibbles are elements 0..16, high nibbles 16..32.
+    let both = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
+    _mm256_sub_epi8(
+        _mm256_and_si256(both, _mm256_set1_epi8(0x0f)),
+        _mm256_set1_epi8(8),
+    )
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_q8_0_q8_0_impl(w: &[u8], x: &[u8]) -> f32 {
-    let mut acc = _mm256_setzero_ps();
-    for (bw, bx) in w.chunks_exact(34).zip(x.chunks_exact(34)) {
-        let d = _mm256_set1_ps(read_f16(bw) * read_f16(bx));
-        // SAFETY: each block holds 32 quant bytes after its 2-byte scale.
-        let qw = unsafe { _mm256_loadu_si256(bw.as_ptr().add(2) as *const __m256i) };
-        let qx = unsafe { _mm256_loadu_si256(bx.as_ptr().add(2) as *const __m256i) };
-        acc = _mm256_fmadd_ps(d, mul_sum_i8(qw, qx), acc);
+    // Two independent accumulators (in registers) hide the FMA latency.
+    let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    let mut pw = w.chunks_exact(68);
+    let mut px = x.chunks_exact(68);
+    for (bw, bx) in (&mut pw).zip(&mut px) {
+        acc0 = block_q8(q8_0_weights(bw), f16c(bw), bx, acc0);
+        acc1 = block_q8(q8_0_weights(&bw[34..]), f16c(&bw[34..]), &bx[34..], acc1);
     }
-    hsum(acc)
+    let (rw, rx) = (pw.remainder(), px.remainder());
+    if rw.len() == 34 && rx.len() == 34 {
+        acc0 = block_q8(q8_0_weights(rw), f16c(rw), rx, acc0);
+    }
+    hsum(_mm256_add_ps(acc0, acc1))
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_q4_0_q8_0_impl(w: &[u8], x: &[u8]) -> f32 {
-    let mut acc = _mm256_setzero_ps();
-    let mask = _mm256_set1_epi8(0x0f);
-    let eight = _mm256_set1_epi8(8);
-    for (bw, bx) in w.chunks_exact(18).zip(x.chunks_exact(34)) {
-        let d = _mm256_set1_ps(read_f16(bw) * read_f16(bx));
-        // SAFETY: a Q4_0 block holds 16 nibble bytes after its scale.
-        let packed = unsafe { _mm_loadu_si128(bw.as_ptr().add(2) as *const __m128i) };
-        // Low nibbles are elements 0..16, high nibbles 16..32.
-        let both = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
-        let qw = _mm256_sub_epi8(_mm256_and_si256(both, mask), eight);
-        // SAFETY: a Q8_0 block holds 32 quant bytes after its scale.
-        let qx = unsafe { _mm256_loadu_si256(bx.as_ptr().add(2) as *const __m256i) };
-        acc = _mm256_fmadd_ps(d, mul_sum_i8(qw, qx), acc);
+    let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    let mut pw = w.chunks_exact(36);
+    let mut px = x.chunks_exact(68);
+    for (bw, bx) in (&mut pw).zip(&mut px) {
+        acc0 = block_q8(q4_0_weights(bw), f16c(bw), bx, acc0);
+        acc1 = block_q8(q4_0_weights(&bw[18..]), f16c(&bw[18..]), &bx[34..], acc1);
     }
-    hsum(acc)
+    let (rw, rx) = (pw.remainder(), px.remainder());
+    if rw.len() == 18 && rx.len() == 34 {
+        acc0 = block_q8(q4_0_weights(rw), f16c(rw), rx, acc0);
+    }
+    hsum(_mm256_add_ps(acc0, acc1))
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]

