@@ -75,22 +75,16 @@ pub fn attend_head(
     let hd = kv.head_dim;
     let kvh = head / (n_heads / kv.n_kv_heads);
     let scores = &mut scores[..n_ctx];
+    let k = crate::cpu::kernels();
     for (p, s) in scores.iter_mut().enumerate() {
         let off = kv.slot_offset(table, p) + kvh * hd;
-        let k = &kv.k[off..off + hd];
-        let mut acc = 0.0f32;
-        for (a, b) in q.iter().zip(k) {
-            acc += a * b.to_f32();
-        }
-        *s = acc * scale;
+        *s = (k.kv_dot)(q, &kv.k[off..off + hd]) * scale;
     }
     softmax(scores);
     out.fill(0.0);
     for (p, &w) in scores.iter().enumerate() {
         let off = kv.slot_offset(table, p) + kvh * hd;
-        for (o, v) in out.iter_mut().zip(&kv.v[off..off + hd]) {
-            *o += w * v.to_f32();
-        }
+        (k.kv_axpy)(out, w, &kv.v[off..off + hd]);
     }
 }
 

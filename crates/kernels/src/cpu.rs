@@ -103,6 +103,10 @@ pub struct Kernels {
     pub q4_k: QuantPath,
     pub q6_k: QuantPath,
     pub f16_dot: F16Dot,
+    /// Query · one f16 K row (attention scores).
+    pub kv_dot: fn(&[f32], &[half::f16]) -> f32,
+    /// `out += w * V row` (attention's weighted sum).
+    pub kv_axpy: fn(&mut [f32], f32, &[half::f16]),
 }
 
 impl QuantPath {
@@ -146,6 +150,8 @@ impl Kernels {
             q4_k: q8k(r::quantize_q8_k_act, r::dot_q4_k_q8_k),
             q6_k: q8k(r::quantize_q8_k_act, r::dot_q6_k_q8_k),
             f16_dot: r::dot_f16_f32,
+            kv_dot: r::dot_f32_f16,
+            kv_axpy: r::axpy_f16,
         };
         #[cfg(target_arch = "x86_64")]
         if isa >= Isa::Avx2 && supported() >= Isa::Avx2 {
@@ -158,6 +164,8 @@ impl Kernels {
                 q4_k: q8k(r::quantize_q8_k_act, avx2::dot_q4_k_q8_k),
                 q6_k: q8k(r::quantize_q8_k_act, avx2::dot_q6_k_q8_k),
                 f16_dot: avx2::dot_f16_f32,
+                kv_dot: avx2::dot_f32_f16,
+                kv_axpy: avx2::axpy_f16,
             };
         }
         let _ = isa;

@@ -132,6 +132,8 @@ pub struct Scratch {
     k: Vec<f32>,
     v: Vec<f32>,
     att: Vec<f32>,
+    /// Attention output laid out [head][token][head_dim].
+    att_t: Vec<f32>,
     proj: Vec<f32>,
     gate: Vec<f32>,
     up: Vec<f32>,
@@ -152,6 +154,7 @@ impl Scratch {
             k: vec![0.0; t * c.kv_dim()],
             v: vec![0.0; t * c.kv_dim()],
             att: vec![0.0; t * c.q_dim()],
+            att_t: vec![0.0; t * c.q_dim()],
             proj: vec![0.0; t * c.dim],
             gate: vec![0.0; t * c.ffn_dim],
             up: vec![0.0; t * c.ffn_dim],
@@ -344,17 +347,17 @@ impl Model {
             let tok = &s.tok;
             let q = &*q;
             let n_heads = c.n_heads;
-            // One work item per (token, head): decode steps parallelize over heads.
-            par_chunks(&mut s.att[..t * qd], hd, threads, |first, piece| {
-                let longest = piece
-                    .chunks_exact(hd)
-                    .enumerate()
-                    .map(|(i, _)| tok[(first + i) / n_heads].1 + 1)
+            // One work item per (head, token), heads outermost: contiguous
+            // pieces then mix short and long contexts, balancing the threads
+            // during prefill; decode steps parallelize over heads.
+            par_chunks(&mut s.att_t[..t * qd], hd, threads, |first, piece| {
+                let longest = (0..piece.len() / hd)
+                    .map(|i| tok[(first + i) % t].1 + 1)
                     .max()
                     .unwrap_or(0);
                 let mut scores = vec![0.0f32; longest];
                 for (i, out) in piece.chunks_exact_mut(hd).enumerate() {
-                    let (j, head) = ((first + i) / n_heads, (first + i) % n_heads);
+                    let (head, j) = ((first + i) / t, (first + i) % t);
                     let (seq, pos) = tok[j];
                     let qh = &q[j * qd + head * hd..j * qd + (head + 1) * hd];
                     attend_head(
@@ -370,6 +373,13 @@ impl Model {
                     );
                 }
             });
+            for head in 0..n_heads {
+                for j in 0..t {
+                    let src = (head * t + j) * hd;
+                    s.att[j * qd + head * hd..j * qd + (head + 1) * hd]
+                        .copy_from_slice(&s.att_t[src..src + hd]);
+                }
+            }
             let proj = &mut s.proj[..t * dim];
             matmul(&layer.wo.matrix()?, &s.att[..t * qd], proj, threads)?;
             add_assign(x, proj);

@@ -155,6 +155,18 @@ pub fn dot_q6_k_q8_k(w: &[u8], x: &[u8]) -> f32 {
     sum
 }
 
+/// `sum(q[i] * k[i])` for an f32 query and an f16 cache row.
+pub fn dot_f32_f16(q: &[f32], k: &[half::f16]) -> f32 {
+    q.iter().zip(k).map(|(a, b)| a * b.to_f32()).sum()
+}
+
+/// `out[i] += w * v[i]` for an f16 cache row.
+pub fn axpy_f16(out: &mut [f32], w: f32, v: &[half::f16]) {
+    for (o, x) in out.iter_mut().zip(v) {
+        *o += w * x.to_f32();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -262,6 +274,40 @@ mod tests {
                         (got - want).abs() <= 1e-5 * scale + 1e-5,
                         "{ty} {:?} {blocks}: {got} vs {want}",
                         k.isa
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn kv_kernels_match_on_every_tier_with_tails() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(8);
+        for n in [1usize, 8, 15, 64, 100, 128] {
+            let q = row(&mut rng, n);
+            let k: Vec<half::f16> = row(&mut rng, n)
+                .into_iter()
+                .map(half::f16::from_f32)
+                .collect();
+            let want = dot_f32_f16(&q, &k);
+            let mut want_out = row(&mut rng, n);
+            let start = want_out.clone();
+            axpy_f16(&mut want_out, 0.37, &k);
+            let scale: f32 = q.iter().zip(&k).map(|(a, b)| (a * b.to_f32()).abs()).sum();
+            for kt in tiers() {
+                let got = (kt.kv_dot)(&q, &k);
+                assert!(
+                    (got - want).abs() <= 1e-5 * scale + 1e-6,
+                    "{:?} n={n}",
+                    kt.isa
+                );
+                let mut out = start.clone();
+                (kt.kv_axpy)(&mut out, 0.37, &k);
+                for (a, b) in out.iter().zip(&want_out) {
+                    assert!(
+                        (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                        "{:?} n={n}",
+                        kt.isa
                     );
                 }
             }

@@ -328,3 +328,52 @@ unsafe fn dot_q6_k_q8_k_impl(w: &[u8], x: &[u8]) -> f32 {
     }
     hsum(acc) - acc_offset
 }
+
+/// f32 query · f16 K row.
+pub fn dot_f32_f16(q: &[f32], k: &[half::f16]) -> f32 {
+    let n = q.len().min(k.len());
+    // SAFETY: features detected by the kernel table; `half::f16` is
+    // `repr(transparent)` over u16, so its slice is `n` little-endian halfs.
+    unsafe {
+        dot_f16_f32_impl(
+            std::slice::from_raw_parts(k.as_ptr() as *const u8, 2 * n),
+            &q[..n],
+        )
+    }
+}
+
+/// `out += w * v` for an f16 V row.
+pub fn axpy_f16(out: &mut [f32], w: f32, v: &[half::f16]) {
+    let n = out.len().min(v.len());
+    // SAFETY: as in `dot_f32_f16`.
+    unsafe {
+        axpy_f16_impl(
+            &mut out[..n],
+            w,
+            std::slice::from_raw_parts(v.as_ptr() as *const u8, 2 * n),
+        )
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn axpy_f16_impl(out: &mut [f32], w: f32, v: &[u8]) {
+    let n = out.len();
+    let wv = _mm256_set1_ps(w);
+    let mut i = 0;
+    while i + 8 <= n {
+        // SAFETY: i + 8 <= n elements remain in both slices.
+        unsafe {
+            let h = _mm_loadu_si128(v.as_ptr().add(2 * i) as *const __m128i);
+            let o = _mm256_loadu_ps(out.as_ptr().add(i));
+            _mm256_storeu_ps(
+                out.as_mut_ptr().add(i),
+                _mm256_fmadd_ps(wv, _mm256_cvtph_ps(h), o),
+            );
+        }
+        i += 8;
+    }
+    while i < n {
+        out[i] += w * read_f16(&v[2 * i..]);
+        i += 1;
+    }
+}
