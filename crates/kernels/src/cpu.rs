@@ -92,6 +92,8 @@ pub struct QuantPath {
     pub act_block_bytes: usize,
     pub quantize: QuantizeRow,
     pub dot: QuantDot,
+    /// One weight row against four activation rows (prefill), if the tier has it.
+    pub dot4: Option<fn(&[u8], [&[u8]; 4]) -> [f32; 4]>,
 }
 
 /// Function pointers resolved once for the tier in use.
@@ -136,12 +138,14 @@ impl Kernels {
             act_block_bytes: 34,
             quantize,
             dot,
+            dot4: None,
         };
         let q8k = |quantize, dot| QuantPath {
             act_block: 256,
             act_block_bytes: r::Q8_K_BYTES,
             quantize,
             dot,
+            dot4: None,
         };
         let scalar = Kernels {
             isa: Isa::Scalar,
@@ -158,8 +162,8 @@ impl Kernels {
             use crate::simd::avx2;
             return Kernels {
                 isa: Isa::Avx2,
-                q8_0: q80(avx2::quantize_q8_0, avx2::dot_q8_0_q8_0),
-                q4_0: q80(avx2::quantize_q8_0, avx2::dot_q4_0_q8_0),
+                q8_0: QuantPath { dot4: Some(avx2::dot_q8_0_q8_0_x4), ..q80(avx2::quantize_q8_0, avx2::dot_q8_0_q8_0) },
+                q4_0: QuantPath { dot4: Some(avx2::dot_q4_0_q8_0_x4), ..q80(avx2::quantize_q8_0, avx2::dot_q4_0_q8_0) },
                 // Q8_K quantization is a small share of the work; it stays scalar.
                 q4_k: q8k(r::quantize_q8_k_act, avx2::dot_q4_k_q8_k),
                 q6_k: q8k(r::quantize_q8_k_act, avx2::dot_q6_k_q8_k),

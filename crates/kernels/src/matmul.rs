@@ -74,10 +74,19 @@ pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads
             (path.quantize)(xr, qr);
         }
         let xq_ref = &xq;
+        let xrow = |t: usize| &xq_ref[t * act_rb..(t + 1) * act_rb];
         for_rows(w, n, out, threads, |r, dst| {
             let row = w.row(r);
-            for (t, d) in dst.iter_mut().enumerate() {
-                *d = (path.dot)(row, &xq_ref[t * act_rb..(t + 1) * act_rb]);
+            let mut t = 0;
+            if let Some(dot4) = path.dot4 {
+                while t + 4 <= dst.len() {
+                    let v = dot4(row, [xrow(t), xrow(t + 1), xrow(t + 2), xrow(t + 3)]);
+                    dst[t..t + 4].copy_from_slice(&v);
+                    t += 4;
+                }
+            }
+            for (i, d) in dst[t..].iter_mut().enumerate() {
+                *d = (path.dot)(row, xrow(t + i));
             }
         });
         SCRATCH.with(|s| s.borrow_mut().2 = xq);

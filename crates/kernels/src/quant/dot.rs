@@ -167,6 +167,12 @@ pub fn axpy_f16(out: &mut [f32], w: f32, v: &[half::f16]) {
     }
 }
 
+/// Four activation rows at once through a one-row dot (the reference for
+/// the tiled SIMD kernels, and the fallback where a tier has none).
+pub fn dot_x4_by_rows(dot: fn(&[u8], &[u8]) -> f32, w: &[u8], x: [&[u8]; 4]) -> [f32; 4] {
+    x.map(|r| dot(w, r))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

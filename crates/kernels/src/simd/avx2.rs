@@ -377,3 +377,37 @@ unsafe fn axpy_f16_impl(out: &mut [f32], w: f32, v: &[u8]) {
         i += 1;
     }
 }
+
+macro_rules! dot_x4 {
+    ($name:ident, $impl_name:ident, $wbytes:expr, $weights:ident) => {
+        /// The same dot product against four activation rows at once: each
+        /// weight block is loaded (and unpacked) once for all four.
+        pub fn $name(w: &[u8], x: [&[u8]; 4]) -> [f32; 4] {
+            let n = x.iter().fold(w.len() / $wbytes, |m, r| m.min(r.len() / 34));
+            // SAFETY: features detected by the kernel table; `n` whole blocks of each row.
+            unsafe { $impl_name(&w[..n * $wbytes], x.map(|r| &r[..n * 34])) }
+        }
+
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn $impl_name(w: &[u8], x: [&[u8]; 4]) -> [f32; 4] {
+            let mut acc = [_mm256_setzero_ps(); 4];
+            for (b, bw) in w.chunks_exact($wbytes).enumerate() {
+                let qw = $weights(bw);
+                let dw = f16c(bw);
+                let ax = _mm256_sign_epi8(qw, qw);
+                for t in 0..4 {
+                    let bx = &x[t][34 * b..34 * b + 34];
+                    // SAFETY: a Q8_0 block holds 32 quant bytes after its 2-byte scale.
+                    let qx = unsafe { _mm256_loadu_si256(bx.as_ptr().add(2) as *const __m256i) };
+                    let dot16 = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(qx, qw));
+                    let dot32 = _mm256_cvtepi32_ps(_mm256_madd_epi16(dot16, _mm256_set1_epi16(1)));
+                    acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16c(bx)), dot32, acc[t]);
+                }
+            }
+            acc.map(|a| hsum(a))
+        }
+    };
+}
+
+dot_x4!(dot_q8_0_q8_0_x4, dot_q8_0_q8_0_x4_impl, 34, q8_0_weights);
+dot_x4!(dot_q4_0_q8_0_x4, dot_q4_0_q8_0_x4_impl, 18, q4_0_weights);
