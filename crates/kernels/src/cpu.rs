@@ -162,8 +162,14 @@ impl Kernels {
             use crate::simd::avx2;
             return Kernels {
                 isa: Isa::Avx2,
-                q8_0: QuantPath { dot4: Some(avx2::dot_q8_0_q8_0_x4), ..q80(avx2::quantize_q8_0, avx2::dot_q8_0_q8_0) },
-                q4_0: QuantPath { dot4: Some(avx2::dot_q4_0_q8_0_x4), ..q80(avx2::quantize_q8_0, avx2::dot_q4_0_q8_0) },
+                q8_0: QuantPath {
+                    dot4: Some(avx2::dot_q8_0_q8_0_x4),
+                    ..q80(avx2::quantize_q8_0, avx2::dot_q8_0_q8_0)
+                },
+                q4_0: QuantPath {
+                    dot4: Some(avx2::dot_q4_0_q8_0_x4),
+                    ..q80(avx2::quantize_q8_0, avx2::dot_q4_0_q8_0)
+                },
                 // Q8_K quantization is a small share of the work; it stays scalar.
                 q4_k: q8k(r::quantize_q8_k_act, avx2::dot_q4_k_q8_k),
                 q6_k: q8k(r::quantize_q8_k_act, avx2::dot_q6_k_q8_k),

@@ -153,11 +153,13 @@ impl Sampler {
         self.cand.clear();
         self.cand
             .extend(logits.iter().enumerate().map(|(i, &l)| (i as u32, l)));
-        self.cand
-            .sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        if p.top_k > 0 {
+        let order = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        if p.top_k > 0 && p.top_k < self.cand.len() {
+            // Only the k best need ordering: select them first (linear time).
+            self.cand.select_nth_unstable_by(p.top_k - 1, order);
             self.cand.truncate(p.top_k);
         }
+        self.cand.sort_by(order);
         let max = self.cand[0].1;
         let mut sum = 0.0f64;
         for c in self.cand.iter_mut() {
