@@ -102,6 +102,7 @@ pub struct Kernels {
     pub isa: Isa,
     pub q8_0: QuantPath,
     pub q4_0: QuantPath,
+    pub q5_0: QuantPath,
     pub q4_k: QuantPath,
     pub q6_k: QuantPath,
     pub f16_dot: F16Dot,
@@ -124,6 +125,7 @@ impl Kernels {
         match ty {
             GgmlType::Q8_0 => Some(self.q8_0),
             GgmlType::Q4_0 => Some(self.q4_0),
+            GgmlType::Q5_0 => Some(self.q5_0),
             GgmlType::Q4K => Some(self.q4_k),
             GgmlType::Q6K => Some(self.q6_k),
             _ => None,
@@ -151,6 +153,7 @@ impl Kernels {
             isa: Isa::Scalar,
             q8_0: q80(r::quantize_q8_0_act, r::dot_q8_0_q8_0),
             q4_0: q80(r::quantize_q8_0_act, r::dot_q4_0_q8_0),
+            q5_0: q80(r::quantize_q8_0_act, r::dot_q5_0_q8_0),
             q4_k: q8k(r::quantize_q8_k_act, r::dot_q4_k_q8_k),
             q6_k: q8k(r::quantize_q8_k_act, r::dot_q6_k_q8_k),
             f16_dot: r::dot_f16_f32,
@@ -169,6 +172,10 @@ impl Kernels {
                 q4_0: QuantPath {
                     dot4: Some(avx2::dot_q4_0_q8_0_x4),
                     ..q80(avx2::quantize_q8_0, avx2::dot_q4_0_q8_0)
+                },
+                q5_0: QuantPath {
+                    dot4: Some(avx2::dot_q5_0_q8_0_x4),
+                    ..q80(avx2::quantize_q8_0, avx2::dot_q5_0_q8_0)
                 },
                 // Q8_K quantization is a small share of the work; it stays scalar.
                 q4_k: q8k(r::quantize_q8_k_act, avx2::dot_q4_k_q8_k),

@@ -41,6 +41,24 @@ pub fn dot_q4_0_q8_0(w: &[u8], x: &[u8]) -> f32 {
     sum
 }
 
+/// The same for Q5_0 weights: five-bit values minus 16.
+pub fn dot_q5_0_q8_0(w: &[u8], x: &[u8]) -> f32 {
+    let mut sum = 0.0f32;
+    for (bw, bx) in w.chunks_exact(22).zip(x.chunks_exact(34)) {
+        let qh = u32::from_le_bytes([bw[2], bw[3], bw[4], bw[5]]);
+        let mut acc = 0i32;
+        for j in 0..QK / 2 {
+            let q = bw[6 + j];
+            let lo = (q & 0x0f) as i32 | ((((qh >> j) & 1) as i32) << 4);
+            let hi = (q >> 4) as i32 | ((((qh >> (j + 16)) & 1) as i32) << 4);
+            acc += (lo - 16) * (bx[2 + j] as i8 as i32);
+            acc += (hi - 16) * (bx[2 + QK / 2 + j] as i8 as i32);
+        }
+        sum += read_f16(&bw[0..2]) * read_f16(&bx[0..2]) * acc as f32;
+    }
+    sum
+}
+
 /// f16 weights times f32 activations, accumulated in f32.
 pub fn dot_f16_f32(w: &[u8], x: &[f32]) -> f32 {
     w.chunks_exact(2)
@@ -218,7 +236,7 @@ mod tests {
     #[test]
     fn integer_dots_match_the_reference_and_f32_on_every_tier() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(4);
-        for ty in [GgmlType::Q8_0, GgmlType::Q4_0] {
+        for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_0] {
             for blocks in [1, 2, 7, 33] {
                 let n = 32 * blocks;
                 let (wf, x) = (row(&mut rng, n), row(&mut rng, n));

@@ -102,6 +102,49 @@ fn q4_0_weights(bw: &[u8]) -> __m256i {
     )
 }
 
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q5_0_weights(bw: &[u8]) -> __m256i {
+    let qh = u32::from_le_bytes([bw[2], bw[3], bw[4], bw[5]]);
+    // Byte i of `bits` is 0xFF where bit i of qh is set.
+    let shuf = _mm256_setr_epi64x(
+        0,
+        0x0101_0101_0101_0101,
+        0x0202_0202_0202_0202,
+        0x0303_0303_0303_0303,
+    );
+    let spread = _mm256_shuffle_epi8(_mm256_set1_epi32(qh as i32), shuf);
+    let bits = _mm256_cmpeq_epi8(
+        _mm256_or_si256(spread, _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe)),
+        _mm256_set1_epi64x(-1),
+    );
+    // SAFETY: a Q5_0 block holds 16 nibble bytes after its scale and qh.
+    let packed = unsafe { _mm_loadu_si128(bw.as_ptr().add(6) as *const __m128i) };
+    let both = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
+    let nib = _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
+    // q5 - 16 as i8: the nibble if the fifth bit is set, else nibble - 16 (= nibble | 0xF0).
+    _mm256_or_si256(
+        nib,
+        _mm256_andnot_si256(bits, _mm256_set1_epi8(0xf0u8 as i8)),
+    )
+}
+
+/// Q5_0 weights · Q8_0 activations.
+pub fn dot_q5_0_q8_0(w: &[u8], x: &[u8]) -> f32 {
+    let n = (w.len() / 22).min(x.len() / 34);
+    // SAFETY: features detected by the kernel table; `n` whole blocks.
+    unsafe { dot_q5_0_q8_0_impl(&w[..n * 22], &x[..n * 34]) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q5_0_q8_0_impl(w: &[u8], x: &[u8]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    for (bw, bx) in w.chunks_exact(22).zip(x.chunks_exact(34)) {
+        acc = block_q8(q5_0_weights(bw), f16c(bw), bx, acc);
+    }
+    hsum(acc)
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_q8_0_q8_0_impl(w: &[u8], x: &[u8]) -> f32 {
     // Two independent accumulators (in registers) hide the FMA latency.
@@ -411,3 +454,4 @@ macro_rules! dot_x4 {
 
 dot_x4!(dot_q8_0_q8_0_x4, dot_q8_0_q8_0_x4_impl, 34, q8_0_weights);
 dot_x4!(dot_q4_0_q8_0_x4, dot_q4_0_q8_0_x4_impl, 18, q4_0_weights);
+dot_x4!(dot_q5_0_q8_0_x4, dot_q5_0_q8_0_x4_impl, 22, q5_0_weights);
