@@ -79,6 +79,8 @@ pub fn isa() -> Isa {
 /// Dot product of one quantized weight row with one quantized activation
 /// row (both whole blocks of the same length).
 pub type QuantDot = fn(w: &[u8], x: &[u8]) -> f32;
+/// One weight row against four activation rows.
+pub type QuantDot4 = fn(w: &[u8], x: [&[u8]; 4]) -> [f32; 4];
 /// Quantizes an f32 activation row into blocks of the activation type.
 pub type QuantizeRow = fn(x: &[f32], out: &mut [u8]);
 /// f32 dot product of an f16 row (little-endian bytes) with an f32 row.
@@ -93,7 +95,7 @@ pub struct QuantPath {
     pub quantize: QuantizeRow,
     pub dot: QuantDot,
     /// One weight row against four activation rows (prefill), if the tier has it.
-    pub dot4: Option<fn(&[u8], [&[u8]; 4]) -> [f32; 4]>,
+    pub dot4: Option<QuantDot4>,
 }
 
 /// Function pointers resolved once for the tier in use.
