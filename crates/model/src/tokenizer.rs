@@ -104,6 +104,11 @@ fn num_array(h: &GgufHeader, key: &str) -> Option<Vec<f64>> {
     h.get(key)?.as_array()?.iter().map(|v| v.as_f64()).collect()
 }
 
+/// The vocabulary in the map type the `tokenizers` BPE builder takes.
+fn bpe_vocab(vocab: &HashMap<String, u32>) -> tokenizers::models::bpe::Vocab {
+    vocab.iter().map(|(k, v)| (k.clone(), *v)).collect()
+}
+
 /// GPT-2's reversible map from bytes to printable characters.
 fn byte_to_char() -> [char; 256] {
     let mut map = ['\0'; 256];
@@ -186,13 +191,7 @@ impl Tokenizer {
                     .map(|i| tokens[i as usize].clone())
                     .unwrap_or_else(|| "<unk>".into());
                 let bpe = BPE::builder()
-                    .vocab_and_merges(
-                        vocab
-                            .iter()
-                            .map(|(k, v)| (k.clone(), *v))
-                            .collect::<tokenizers::models::bpe::Vocab>(),
-                        merges,
-                    )
+                    .vocab_and_merges(bpe_vocab(&vocab), merges)
                     .byte_fallback(true)
                     .unk_token(unk)
                     .fuse_unk(true)
@@ -213,13 +212,7 @@ impl Tokenizer {
                 // Llama 3 uses a whole pre-token when the vocabulary has it, before any merge.
                 let ignore_merges = matches!(pre, "llama-bpe" | "llama3");
                 let bpe = BPE::builder()
-                    .vocab_and_merges(
-                        vocab
-                            .iter()
-                            .map(|(k, v)| (k.clone(), *v))
-                            .collect::<tokenizers::models::bpe::Vocab>(),
-                        merges,
-                    )
+                    .vocab_and_merges(bpe_vocab(&vocab), merges)
                     .ignore_merges(ignore_merges)
                     .build()
                     .map_err(tok_err)?;
