@@ -206,6 +206,22 @@ mod tests {
             .collect()
     }
 
+    /// Checks an integer dot against the f32 product of the dequantized
+    /// weights (only activation rounding separates them); returns the sum of
+    /// |products|, the scale for tolerances.
+    fn check_against_f32(ty: GgmlType, w: &[u8], x: &[f32], got: f32) -> f32 {
+        let mut wd = vec![0f32; x.len()];
+        crate::quant::dequantize_row(ty, w, &mut wd).unwrap();
+        let exact: f32 = wd.iter().zip(x).map(|(a, b)| a * b).sum();
+        let scale: f32 = wd.iter().zip(x).map(|(a, b)| (a * b).abs()).sum();
+        assert!(
+            (got - exact).abs() <= 0.02 * scale + 1e-3,
+            "{ty} n={}: {got} vs {exact}",
+            x.len()
+        );
+        scale
+    }
+
     fn row(rng: &mut rand_chacha::ChaCha8Rng, n: usize) -> Vec<f32> {
         (0..n)
             .map(|i| {
@@ -246,16 +262,7 @@ mod tests {
                 quantize_q8_0_act(&x, &mut xq);
                 let reference = Kernels::for_isa(Isa::Scalar).quant_path(ty).unwrap();
                 let want = (reference.dot)(&w, &xq);
-                // Against the f32 product of the dequantized weights: only the
-                // activation rounding separates them.
-                let mut wd = vec![0f32; n];
-                crate::quant::dequantize_row(ty, &w, &mut wd).unwrap();
-                let exact: f32 = wd.iter().zip(&x).map(|(a, b)| a * b).sum();
-                let scale: f32 = wd.iter().zip(&x).map(|(a, b)| (a * b).abs()).sum();
-                assert!(
-                    (want - exact).abs() <= 0.02 * scale + 1e-3,
-                    "{ty} {blocks}: {want} vs {exact}"
-                );
+                let scale = check_against_f32(ty, &w, &x, want);
                 for k in tiers() {
                     let got = (k.quant_path(ty).unwrap().dot)(&w, &xq);
                     assert!(
@@ -280,14 +287,7 @@ mod tests {
                 let mut xq = vec![0u8; Q8_K_BYTES * blocks];
                 quantize_q8_k_act(&x, &mut xq);
                 let want = (Kernels::for_isa(Isa::Scalar).quant_path(ty).unwrap().dot)(&w, &xq);
-                let mut wd = vec![0f32; n];
-                crate::quant::dequantize_row(ty, &w, &mut wd).unwrap();
-                let exact: f32 = wd.iter().zip(&x).map(|(a, b)| a * b).sum();
-                let scale: f32 = wd.iter().zip(&x).map(|(a, b)| (a * b).abs()).sum();
-                assert!(
-                    (want - exact).abs() <= 0.02 * scale + 1e-3,
-                    "{ty} {blocks}: {want} vs {exact}"
-                );
+                let scale = check_against_f32(ty, &w, &x, want);
                 for k in tiers() {
                     let path = k.quant_path(ty).unwrap();
                     let mut xq2 = vec![0u8; Q8_K_BYTES * blocks];
