@@ -79,8 +79,48 @@ pub fn isa() -> Isa {
 /// Dot product of one quantized weight row with one quantized activation
 /// row (both whole blocks of the same length).
 pub type QuantDot = fn(w: &[u8], x: &[u8]) -> f32;
-/// One weight row against four activation rows.
-pub type QuantDot4 = fn(w: &[u8], x: [&[u8]; 4]) -> [f32; 4];
+/// Activation rows per register tile in batched products (prefill, batched decode).
+pub const TILE_N: usize = 3;
+
+/// One activation row quantized for the 32-element weight types: its Q8_0
+/// blocks (34 bytes each), and per block the scale `d` as f32 and
+/// `ds = -o * d * sum(quants) / 8`, which carries the zero offset `o` of the
+/// weight type (Q4_0: 8, Q5_0: 16, Q8_0: 0); see [`zero_offset`].
+#[derive(Clone, Copy, Debug)]
+pub struct Q8Row<'a> {
+    pub q: &'a [u8],
+    pub d: &'a [f32],
+    pub ds: &'a [f32],
+}
+
+/// The offset subtracted from the stored unsigned quants of a 32-element
+/// weight type (0 for signed types).
+pub fn zero_offset(ty: GgmlType) -> f32 {
+    match ty {
+        GgmlType::Q4_0 => 8.0,
+        GgmlType::Q5_0 => 16.0,
+        _ => 0.0,
+    }
+}
+
+/// Fills the per-block `d` and `ds` of [`Q8Row`] for Q8_0 blocks `q`, for
+/// weights of type `ty`.
+pub fn q8_row_terms(ty: GgmlType, q: &[u8], d: &mut Vec<f32>, ds: &mut Vec<f32>) {
+    let offset_term = -zero_offset(ty) / 8.0;
+    d.clear();
+    ds.clear();
+    for b in q.chunks_exact(34) {
+        let scale = crate::quant::read_f16(&b[..2]);
+        let sum: i32 = b[2..].iter().map(|&v| v as i8 as i32).sum();
+        d.push(scale);
+        ds.push(offset_term * scale * sum as f32);
+    }
+}
+
+/// Four weight rows against one activation row (decode).
+pub type Tile1 = fn(w: [&[u8]; 4], x: [Q8Row<'_>; 1]) -> [[f32; 1]; 4];
+/// Four weight rows against [`TILE_N`] activation rows.
+pub type TileN = fn(w: [&[u8]; 4], x: [Q8Row<'_>; TILE_N]) -> [[f32; TILE_N]; 4];
 /// Quantizes an f32 activation row into blocks of the activation type.
 pub type QuantizeRow = fn(x: &[f32], out: &mut [u8]);
 /// f32 dot product of an f16 row (little-endian bytes) with an f32 row.
@@ -94,8 +134,8 @@ pub struct QuantPath {
     pub act_block_bytes: usize,
     pub quantize: QuantizeRow,
     pub dot: QuantDot,
-    /// One weight row against four activation rows (prefill), if the tier has it.
-    pub dot4: Option<QuantDot4>,
+    /// Register tiles over [`Q8Row`]s, if the tier has them (32-element types only).
+    pub tiles: Option<(Tile1, TileN)>,
 }
 
 /// Function pointers resolved once for the tier in use.
@@ -142,14 +182,14 @@ impl Kernels {
             act_block_bytes: 34,
             quantize,
             dot,
-            dot4: None,
+            tiles: None,
         };
         let q8k = |quantize, dot| QuantPath {
             act_block: 256,
             act_block_bytes: r::Q8_K_BYTES,
             quantize,
             dot,
-            dot4: None,
+            tiles: None,
         };
         let scalar = Kernels {
             isa: Isa::Scalar,
@@ -168,15 +208,15 @@ impl Kernels {
             return Kernels {
                 isa: Isa::Avx2,
                 q8_0: QuantPath {
-                    dot4: Some(avx2::dot_q8_0_q8_0_x4),
+                    tiles: Some((avx2::tile_q8_0_1, avx2::tile_q8_0_n)),
                     ..q80(avx2::quantize_q8_0, avx2::dot_q8_0_q8_0)
                 },
                 q4_0: QuantPath {
-                    dot4: Some(avx2::dot_q4_0_q8_0_x4),
+                    tiles: Some((avx2::tile_q4_0_1, avx2::tile_q4_0_n)),
                     ..q80(avx2::quantize_q8_0, avx2::dot_q4_0_q8_0)
                 },
                 q5_0: QuantPath {
-                    dot4: Some(avx2::dot_q5_0_q8_0_x4),
+                    tiles: Some((avx2::tile_q5_0_1, avx2::tile_q5_0_n)),
                     ..q80(avx2::quantize_q8_0, avx2::dot_q5_0_q8_0)
                 },
                 // Q8_K quantization is a small share of the work; it stays scalar.

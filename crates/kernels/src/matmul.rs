@@ -4,7 +4,7 @@
 //! every activation row, so one pass over the weights serves the whole batch.
 //! Work is split across threads by weight rows.
 
-use crate::cpu::kernels;
+use crate::cpu::{kernels, q8_row_terms, Q8Row, Tile1, TileN, TILE_N};
 use crate::quant::{dequantize_row, GgmlType};
 use crate::threads::{par_chunks, Threads};
 use crate::{Error, Result};
@@ -51,58 +51,136 @@ impl<'a> WeightMatrix<'a> {
     }
 }
 
-thread_local! {
-    static SCRATCH: RefCell<(Vec<f32>, Vec<f32>, Vec<u8>)> = const { RefCell::new((Vec::new(), Vec::new(), Vec::new())) };
+/// Reused per-thread buffers: a dequantized weight row, the `[rows, n]`
+/// result of a batched product, and the quantized activations.
+#[derive(Default)]
+struct Scratch {
+    row: Vec<f32>,
+    by_row: Vec<f32>,
+    xq: Vec<u8>,
+    xd: Vec<f32>,
+    xds: Vec<f32>,
 }
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// Activation rows per cache block in batched products: their quantized
+/// bytes (64 x 34 x cols/32) stay in L2 while every weight row passes by.
+const TOKEN_BLOCK: usize = 64;
 
 /// `out[t, r] = sum_c w[r, c] * x[t, c]` for `n = x.len() / cols` rows of
 /// activations; `out` is `[n, rows]`.
 ///
-/// Uses the fastest kernel of [`crate::cpu::kernels`]: for Q8_0/Q4_0 weights
-/// the activations are quantized to Q8_0 once and every product is an
-/// integer dot (as ggml does); F16 weights use an F16C dot; other types take
-/// [`matmul_reference`]'s path.
+/// Uses the fastest kernel of [`crate::cpu::kernels`]: for the integer types
+/// the activations are quantized once (Q8_0 or Q8_K blocks, as ggml does)
+/// and every product is an integer dot, through register tiles of four
+/// weight rows where the tier has them; F16 weights use an F16C dot; other
+/// types take [`matmul_reference`]'s path.
 pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads) -> Result<()> {
     let n = check_shapes(w, x, out)?;
     let k = kernels();
     if let Some(path) = k.quant_path(w.ty) {
         let act_rb = path.act_row_bytes(w.cols);
-        let mut xq = SCRATCH.with(|s| std::mem::take(&mut s.borrow_mut().2));
-        xq.clear();
-        xq.resize(n * act_rb, 0);
-        for (xr, qr) in x.chunks_exact(w.cols).zip(xq.chunks_exact_mut(act_rb)) {
-            (path.quantize)(xr, qr);
-        }
-        let xq_ref = &xq;
-        let xrow = |t: usize| &xq_ref[t * act_rb..(t + 1) * act_rb];
-        for_rows(w, n, out, threads, |r, dst| {
-            let row = w.row(r);
-            let mut t = 0;
-            if let Some(dot4) = path.dot4 {
-                while t + 4 <= dst.len() {
-                    let v = dot4(row, [xrow(t), xrow(t + 1), xrow(t + 2), xrow(t + 3)]);
-                    dst[t..t + 4].copy_from_slice(&v);
-                    t += 4;
-                }
-            }
-            for (i, d) in dst[t..].iter_mut().enumerate() {
-                *d = (path.dot)(row, xrow(t + i));
+        let mut s = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
+        s.xq.clear();
+        s.xq.resize(n * act_rb, 0);
+        let quantize = path.quantize;
+        // Quantizing a few rows costs less than waking the pool.
+        let qthreads = if n >= 16 { threads } else { Threads::ONE };
+        par_chunks(&mut s.xq, act_rb, qthreads, |t0, piece| {
+            let xs = &x[t0 * w.cols..];
+            for (xr, qr) in xs.chunks_exact(w.cols).zip(piece.chunks_exact_mut(act_rb)) {
+                quantize(xr, qr);
             }
         });
-        SCRATCH.with(|s| s.borrow_mut().2 = xq);
+        match path.tiles {
+            Some(tiles) => {
+                let nb = w.cols / 32;
+                q8_row_terms(w.ty, &s.xq, &mut s.xd, &mut s.xds);
+                let (q, d, ds) = (&s.xq, &s.xd, &s.xds);
+                let xrow = |t: usize| Q8Row {
+                    q: &q[t * act_rb..(t + 1) * act_rb],
+                    d: &d[t * nb..(t + 1) * nb],
+                    ds: &ds[t * nb..(t + 1) * nb],
+                };
+                for_row_blocks(w, n, out, threads, &mut s.by_row, |r0, dst| {
+                    tiled_rows(w, r0, n, dst, tiles, path.dot, &xrow)
+                });
+            }
+            None => {
+                let xq = &s.xq;
+                for_row_blocks(w, n, out, threads, &mut s.by_row, |r0, dst| {
+                    for (i, dr) in dst.chunks_exact_mut(n).enumerate() {
+                        let row = w.row(r0 + i);
+                        for (t, d) in dr.iter_mut().enumerate() {
+                            *d = (path.dot)(row, &xq[t * act_rb..(t + 1) * act_rb]);
+                        }
+                    }
+                });
+            }
+        }
+        SCRATCH.with(|c| *c.borrow_mut() = s);
         return Ok(());
     }
     if w.ty == GgmlType::F16 {
         let dot = k.f16_dot;
-        for_rows(w, n, out, threads, |r, dst| {
-            let row = w.row(r);
-            for (t, d) in dst.iter_mut().enumerate() {
-                *d = dot(row, &x[t * w.cols..(t + 1) * w.cols]);
+        let mut by_row = SCRATCH.with(|s| std::mem::take(&mut s.borrow_mut().by_row));
+        for_row_blocks(w, n, out, threads, &mut by_row, |r0, dst| {
+            for (i, dr) in dst.chunks_exact_mut(n).enumerate() {
+                let row = w.row(r0 + i);
+                for (t, d) in dr.iter_mut().enumerate() {
+                    *d = dot(row, &x[t * w.cols..(t + 1) * w.cols]);
+                }
             }
         });
+        SCRATCH.with(|s| s.borrow_mut().by_row = by_row);
         return Ok(());
     }
     matmul_reference(w, x, out, threads)
+}
+
+/// Products of weight rows `r0..r0 + dst.len() / n` with all `n` activation
+/// rows into `dst` (`[rows, n]`), four weight rows at a time through the
+/// tiles; rows and tokens left over take the one-row dot.
+fn tiled_rows<'x>(
+    w: &WeightMatrix<'_>,
+    r0: usize,
+    n: usize,
+    dst: &mut [f32],
+    (tile1, tile_n): (Tile1, TileN),
+    dot: crate::cpu::QuantDot,
+    xrow: &impl Fn(usize) -> Q8Row<'x>,
+) {
+    let rows = dst.len() / n;
+    let full = rows / 4 * 4;
+    for t0 in (0..n).step_by(TOKEN_BLOCK) {
+        let t1 = (t0 + TOKEN_BLOCK).min(n);
+        for i in (0..full).step_by(4) {
+            let wr = [0, 1, 2, 3].map(|k| w.row(r0 + i + k));
+            let mut t = t0;
+            while t + TILE_N <= t1 {
+                let v = tile_n(wr, std::array::from_fn(|j| xrow(t + j)));
+                for (k, vk) in v.iter().enumerate() {
+                    dst[(i + k) * n + t..(i + k) * n + t + TILE_N].copy_from_slice(vk);
+                }
+                t += TILE_N;
+            }
+            for t in t..t1 {
+                let v = tile1(wr, [xrow(t)]);
+                for (k, vk) in v.iter().enumerate() {
+                    dst[(i + k) * n + t] = vk[0];
+                }
+            }
+        }
+        for i in full..rows {
+            let row = w.row(r0 + i);
+            for t in t0..t1 {
+                dst[i * n + t] = dot(row, xrow(t).q);
+            }
+        }
+    }
 }
 
 /// The reference product: each weight row dequantized to f32 once and dotted
@@ -114,20 +192,24 @@ pub fn matmul_reference(
     threads: Threads,
 ) -> Result<()> {
     let n = check_shapes(w, x, out)?;
-    for_rows(w, n, out, threads, |r, dst| {
+    let mut by_row = SCRATCH.with(|s| std::mem::take(&mut s.borrow_mut().by_row));
+    for_row_blocks(w, n, out, threads, &mut by_row, |r0, dst| {
         SCRATCH.with(|s| {
-            let row = &mut s.borrow_mut().0;
+            let row = &mut s.borrow_mut().row;
             row.resize(w.cols, 0.0);
-            // Lengths were checked by `WeightMatrix::new` and `check_shapes`.
-            if w.dequantize_row(r, row).is_err() {
-                dst.fill(f32::NAN);
-                return;
-            }
-            for (t, d) in dst.iter_mut().enumerate() {
-                *d = dot(row, &x[t * w.cols..(t + 1) * w.cols]);
+            for (i, dr) in dst.chunks_exact_mut(n).enumerate() {
+                // Lengths were checked by `WeightMatrix::new` and `check_shapes`.
+                if w.dequantize_row(r0 + i, row).is_err() {
+                    dr.fill(f32::NAN);
+                    continue;
+                }
+                for (t, d) in dr.iter_mut().enumerate() {
+                    *d = dot(row, &x[t * w.cols..(t + 1) * w.cols]);
+                }
             }
         })
     });
+    SCRATCH.with(|s| s.borrow_mut().by_row = by_row);
     Ok(())
 }
 
@@ -148,39 +230,34 @@ fn check_shapes(w: &WeightMatrix<'_>, x: &[f32], out: &[f32]) -> Result<usize> {
     Ok(n)
 }
 
-/// Runs `f(row, results for the n activation rows)` for every weight row,
-/// split across threads, and lays the results out as `[n, rows]`.
-fn for_rows(
+/// Runs `f(first_row, results)` over blocks of weight rows split across
+/// threads (in multiples of four rows), where `results` is `[block rows, n]`,
+/// and lays the results out as `out`'s `[n, rows]` (`by_row` is the scratch).
+fn for_row_blocks(
     w: &WeightMatrix<'_>,
     n: usize,
     out: &mut [f32],
     threads: Threads,
+    by_row: &mut Vec<f32>,
     f: impl Fn(usize, &mut [f32]) + Sync,
 ) {
     if n == 1 {
-        // Decode: rows of the output are contiguous, no transpose needed.
-        par_chunks(out, 1, threads, |r0, piece| {
-            for (i, d) in piece.chunks_exact_mut(1).enumerate() {
-                f(r0 + i, d);
-            }
-        });
+        // Decode: `[rows, 1]` is `[1, rows]`, no transpose needed.
+        par_chunks(out, 4, threads, |i0, piece| f(4 * i0, piece));
         return;
     }
-    // Batched: compute [rows, n] into per-call scratch, then transpose to [n, rows].
-    let mut tmp = SCRATCH.with(|s| std::mem::take(&mut s.borrow_mut().1));
-    tmp.clear();
-    tmp.resize(w.rows * n, 0.0);
-    par_chunks(&mut tmp, n, threads, |r0, piece| {
-        for (i, dst) in piece.chunks_exact_mut(n).enumerate() {
-            f(r0 + i, dst);
+    by_row.clear();
+    by_row.resize(w.rows * n, 0.0);
+    par_chunks(by_row, 4 * n, threads, |i0, piece| f(4 * i0, piece));
+    // Transpose to `[n, rows]`, each thread writing whole output rows.
+    let by_row = &*by_row;
+    par_chunks(out, w.rows, threads, |t0, piece| {
+        for (i, dst) in piece.chunks_exact_mut(w.rows).enumerate() {
+            for (r, d) in dst.iter_mut().enumerate() {
+                *d = by_row[r * n + t0 + i];
+            }
         }
     });
-    for r in 0..w.rows {
-        for t in 0..n {
-            out[t * w.rows + r] = tmp[r * n + t];
-        }
-    }
-    SCRATCH.with(|s| s.borrow_mut().1 = tmp);
 }
 
 /// f32 dot product with four independent accumulators.

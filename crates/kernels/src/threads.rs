@@ -24,6 +24,9 @@ impl Threads {
         Ok(Threads(n))
     }
 
+    /// A single thread (no parallel region).
+    pub const ONE: Threads = Threads(1);
+
     /// One thread per available core.
     pub fn available() -> Self {
         let n = std::thread::available_parallelism()

@@ -185,12 +185,6 @@ pub fn axpy_f16(out: &mut [f32], w: f32, v: &[half::f16]) {
     }
 }
 
-/// Four activation rows at once through a one-row dot (the reference for
-/// the tiled SIMD kernels, and the fallback where a tier has none).
-pub fn dot_x4_by_rows(dot: fn(&[u8], &[u8]) -> f32, w: &[u8], x: [&[u8]; 4]) -> [f32; 4] {
-    x.map(|r| dot(w, r))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -270,6 +264,59 @@ mod tests {
                         "{ty} {:?} {blocks}: {got} vs {want}",
                         k.isa
                     );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn register_tiles_match_the_one_row_dot_on_every_tier() {
+        use crate::cpu::{q8_row_terms, Q8Row, TILE_N};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
+        for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_0] {
+            for blocks in [1, 3, 17] {
+                let n = 32 * blocks;
+                let rb = ty.row_bytes(n).unwrap();
+                let mut w = vec![0u8; 4 * rb];
+                for r in w.chunks_exact_mut(rb) {
+                    quantize_row(ty, &row(&mut rng, n), r).unwrap();
+                }
+                let mut xq = vec![0u8; 34 * blocks * TILE_N];
+                for r in xq.chunks_exact_mut(34 * blocks) {
+                    quantize_q8_0_act(&row(&mut rng, n), r);
+                }
+                let (mut d, mut ds) = (Vec::new(), Vec::new());
+                q8_row_terms(ty, &xq, &mut d, &mut ds);
+                let x: [Q8Row<'_>; TILE_N] = std::array::from_fn(|j| Q8Row {
+                    q: &xq[34 * blocks * j..34 * blocks * (j + 1)],
+                    d: &d[blocks * j..blocks * (j + 1)],
+                    ds: &ds[blocks * j..blocks * (j + 1)],
+                });
+                let wr: [&[u8]; 4] = std::array::from_fn(|i| &w[i * rb..(i + 1) * rb]);
+                let reference = Kernels::for_isa(Isa::Scalar).quant_path(ty).unwrap().dot;
+                for k in tiers() {
+                    let Some((tile1, tile_n)) = k.quant_path(ty).unwrap().tiles else {
+                        continue;
+                    };
+                    let many = tile_n(wr, x);
+                    for i in 0..4 {
+                        for j in 0..TILE_N {
+                            let want = reference(wr[i], x[j].q);
+                            let one = tile1(wr, [x[j]])[i][0];
+                            let tol = 1e-4 * want.abs().max(1.0) * blocks as f32;
+                            assert!(
+                                (many[i][j] - want).abs() <= tol,
+                                "{ty} {:?} {blocks} ({i},{j}): {} vs {want}",
+                                k.isa,
+                                many[i][j]
+                            );
+                            assert!(
+                                (one - want).abs() <= tol,
+                                "{ty} {:?} {blocks} ({i},{j}): {one} vs {want}",
+                                k.isa
+                            );
+                        }
+                    }
                 }
             }
         }

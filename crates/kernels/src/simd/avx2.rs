@@ -421,37 +421,157 @@ unsafe fn axpy_f16_impl(out: &mut [f32], w: f32, v: &[u8]) {
     }
 }
 
-macro_rules! dot_x4 {
-    ($name:ident, $impl_name:ident, $wbytes:expr, $weights:ident) => {
-        /// The same dot product against four activation rows at once: each
-        /// weight block is loaded (and unpacked) once for all four.
-        pub fn $name(w: &[u8], x: [&[u8]; 4]) -> [f32; 4] {
-            let n = x.iter().fold(w.len() / $wbytes, |m, r| m.min(r.len() / 34));
-            // SAFETY: features detected by the kernel table; `n` whole blocks of each row.
-            unsafe { $impl_name(&w[..n * $wbytes], x.map(|r| &r[..n * 34])) }
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q4_0_nibbles(bw: &[u8]) -> __m256i {
+    // SAFETY: a Q4_0 block holds 16 nibble bytes after its scale.
+    let packed = unsafe { _mm_loadu_si128(bw.as_ptr().add(2) as *const __m128i) };
+    let both = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
+    _mm256_and_si256(both, _mm256_set1_epi8(0x0f))
+}
+
+/// Q5_0 quants as unsigned 0..32 (the stored value before the -16 offset).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q5_0_unsigned(bw: &[u8]) -> __m256i {
+    // The signed form is `u - 16`; flipping bit 4 and keeping 5 bits gives `u`.
+    _mm256_and_si256(
+        _mm256_xor_si256(q5_0_weights(bw), _mm256_set1_epi8(0x10)),
+        _mm256_set1_epi8(0x1f),
+    )
+}
+
+/// One (weight block, activation block) product before the weight scale,
+/// for weights stored unsigned with an offset `o` subtracted (Q4_0: 8,
+/// Q5_0: 16): `ds` holds `-o * d * sum(q) / 8` in each of the 8 lanes that
+/// `hsum` adds up.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn pair_unsigned(w: __m256i, qx: __m256i, _ax: __m256i, dx: __m256, ds: __m256) -> __m256 {
+    let f = _mm256_cvtepi32_ps(_mm256_madd_epi16(
+        _mm256_maddubs_epi16(w, qx),
+        _mm256_set1_epi16(1),
+    ));
+    _mm256_fmadd_ps(dx, f, ds)
+}
+
+/// The same for signed weights (Q8_0), with the sign trick on the activation side.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn pair_signed(w: __m256i, qx: __m256i, ax: __m256i, dx: __m256, _ds: __m256) -> __m256 {
+    let p = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(w, qx));
+    _mm256_mul_ps(
+        dx,
+        _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1))),
+    )
+}
+
+/// Generates a register tile: four weight rows against `$rn` activation
+/// rows, each weight block loaded and unpacked once for all `$rn` rows and
+/// each activation block once for all four weight rows.
+///
+/// Unsigned weights (Q4_0, Q5_0, [`pair_unsigned`]) are used as stored
+/// (0..16, 0..32) by `maddubs` directly; their offset comes back through the
+/// activation block's `ds` term: `sum((w - o) * x) = sum(w * x) - o * sum(x)`.
+/// Signed weights (Q8_0, [`pair_signed`]) take the sign trick on the activation side.
+macro_rules! tile {
+    ($name:ident, $impl_name:ident, $rn:expr, $wbytes:expr, $weights:ident, $pair:ident) => {
+        /// Four weight rows times activation rows (see [`tile!`]).
+        pub fn $name(w: [&[u8]; 4], x: [Q8Row<'_>; $rn]) -> [[f32; $rn]; 4] {
+            let nb = w.iter().fold(usize::MAX, |m, r| m.min(r.len() / $wbytes));
+            let nb = x.iter().fold(nb, |m, r| {
+                m.min(r.q.len() / 34).min(r.d.len()).min(r.ds.len())
+            });
+            // SAFETY: features detected by the kernel table; every slice holds `nb` whole blocks.
+            unsafe { $impl_name(w.map(|r| &r[..nb * $wbytes]), x, nb) }
         }
 
         #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn $impl_name(w: &[u8], x: [&[u8]; 4]) -> [f32; 4] {
-            let mut acc = [_mm256_setzero_ps(); 4];
-            for (b, bw) in w.chunks_exact($wbytes).enumerate() {
-                let qw = $weights(bw);
-                let dw = f16c(bw);
-                let ax = _mm256_sign_epi8(qw, qw);
-                for t in 0..4 {
-                    let bx = &x[t][34 * b..34 * b + 34];
-                    // SAFETY: a Q8_0 block holds 32 quant bytes after its 2-byte scale.
-                    let qx = unsafe { _mm256_loadu_si256(bx.as_ptr().add(2) as *const __m256i) };
-                    let dot16 = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(qx, qw));
-                    let dot32 = _mm256_cvtepi32_ps(_mm256_madd_epi16(dot16, _mm256_set1_epi16(1)));
-                    acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16c(bx)), dot32, acc[t]);
+        unsafe fn $impl_name(w: [&[u8]; 4], x: [Q8Row<'_>; $rn], nb: usize) -> [[f32; $rn]; 4] {
+            let mut acc = [[_mm256_setzero_ps(); $rn]; 4];
+            for b in 0..nb {
+                let mut qx = [_mm256_setzero_si256(); $rn];
+                let mut ax = [_mm256_setzero_si256(); $rn];
+                let mut dx = [_mm256_setzero_ps(); $rn];
+                let mut ds = [_mm256_setzero_ps(); $rn];
+                for j in 0..$rn {
+                    // SAFETY: block `b < nb` of each activation row exists (checked by the caller).
+                    unsafe {
+                        qx[j] =
+                            _mm256_loadu_si256(x[j].q.as_ptr().add(34 * b + 2) as *const __m256i);
+                        dx[j] = _mm256_set1_ps(*x[j].d.get_unchecked(b));
+                        ds[j] = _mm256_set1_ps(*x[j].ds.get_unchecked(b));
+                    }
+                    ax[j] = _mm256_sign_epi8(qx[j], qx[j]);
+                }
+                for i in 0..4 {
+                    // SAFETY: block `b < nb` of each weight row exists.
+                    let bw = unsafe { w[i].get_unchecked($wbytes * b..$wbytes * (b + 1)) };
+                    let wv = $weights(bw);
+                    let dw = _mm256_set1_ps(f16c(bw));
+                    for j in 0..$rn {
+                        let v = $pair(wv, qx[j], ax[j], dx[j], ds[j]);
+                        acc[i][j] = _mm256_fmadd_ps(dw, v, acc[i][j]);
+                    }
                 }
             }
-            acc.map(|a| hsum(a))
+            let mut out = [[0.0f32; $rn]; 4];
+            for i in 0..4 {
+                for j in 0..$rn {
+                    out[i][j] = hsum(acc[i][j]);
+                }
+            }
+            out
         }
     };
 }
 
-dot_x4!(dot_q8_0_q8_0_x4, dot_q8_0_q8_0_x4_impl, 34, q8_0_weights);
-dot_x4!(dot_q4_0_q8_0_x4, dot_q4_0_q8_0_x4_impl, 18, q4_0_weights);
-dot_x4!(dot_q5_0_q8_0_x4, dot_q5_0_q8_0_x4_impl, 22, q5_0_weights);
+use crate::cpu::{Q8Row, TILE_N};
+tile!(
+    tile_q8_0_1,
+    tile_q8_0_1_impl,
+    1,
+    34,
+    q8_0_weights,
+    pair_signed
+);
+tile!(
+    tile_q8_0_n,
+    tile_q8_0_n_impl,
+    TILE_N,
+    34,
+    q8_0_weights,
+    pair_signed
+);
+tile!(
+    tile_q4_0_1,
+    tile_q4_0_1_impl,
+    1,
+    18,
+    q4_0_nibbles,
+    pair_unsigned
+);
+tile!(
+    tile_q4_0_n,
+    tile_q4_0_n_impl,
+    TILE_N,
+    18,
+    q4_0_nibbles,
+    pair_unsigned
+);
+tile!(
+    tile_q5_0_1,
+    tile_q5_0_1_impl,
+    1,
+    22,
+    q5_0_unsigned,
+    pair_unsigned
+);
+tile!(
+    tile_q5_0_n,
+    tile_q5_0_n_impl,
+    TILE_N,
+    22,
+    q5_0_unsigned,
+    pair_unsigned
+);
