@@ -47,6 +47,11 @@ pub struct Config {
 }
 
 impl Config {
+    /// Bytes of f16 K and V per token across all layers.
+    pub fn kv_bytes_per_token(&self) -> usize {
+        2 * self.n_layers * self.kv_dim() * 2
+    }
+
     pub fn kv_dim(&self) -> usize {
         self.n_kv_heads * self.head_dim
     }

@@ -1,0 +1,592 @@
+//! The engine's state and its step: schedule → forward over the whole batch
+//! → sample → emit. Runs on the engine thread; does no I/O and never waits
+//! (events go out through unbounded channels).
+//!
+//! Scheduling (iteration-level): every sequence that is decoding gets one
+//! token per step, oldest first; then prompt chunks fill a token budget
+//! sized from the cost model so a step takes about the inter-token latency
+//! target (the whole `max_step_tokens` when nothing is decoding). Waiting
+//! requests are admitted in arrival order, taking full prompt blocks from
+//! the prefix cache first. When a decoding sequence needs a block and none
+//! is free, the newest running sequence is preempted: its blocks are
+//! released and it goes back to the front of the queue, to be recomputed
+//! from its prompt and the tokens it already produced. Because the forward
+//! pass computes every token row independently, recomputation and batching
+//! do not change greedy outputs.
+
+use crate::blocks::{chain_hash, Block, BlockPool, ChainHash};
+use crate::cost::CostModel;
+use crate::metrics::Metrics;
+use crate::request::{Event, Finish, FinishReason, Request, Timing, TokenEvent, TokenLogprobs};
+use crate::{EngineConfig, Shared};
+use hasten_model::detok::{Detokenizer, StopMatcher};
+use hasten_model::kv::KvCache;
+use hasten_model::llama::{Model, Scratch, SeqBatch};
+use hasten_model::sampler::Sampler;
+use hasten_model::tokenizer::Tokenizer;
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc::UnboundedSender;
+
+/// One request in the engine.
+pub struct Seq {
+    pub id: u64,
+    pub req: Request,
+    pub tx: UnboundedSender<Event>,
+    /// Prompt followed by every token sampled so far.
+    tokens: Vec<u32>,
+    n_prompt: usize,
+    /// Tokens whose K and V are in the cache.
+    computed: usize,
+    blocks: Vec<Block>,
+    /// Chain hash of each leading full block already published or shared.
+    hashes: Vec<ChainHash>,
+    cached_prompt: usize,
+    sampler: Sampler,
+    detok: Detokenizer,
+    stops: StopMatcher,
+    generated: usize,
+    received: Instant,
+    started: Option<Instant>,
+    first_token: Option<Instant>,
+    last_token: Option<Instant>,
+    preemptions: u32,
+}
+
+impl Seq {
+    pub fn new(id: u64, req: Request, tx: UnboundedSender<Event>, received: Instant) -> Self {
+        let spec = req.spec();
+        Seq {
+            id,
+            tokens: spec.prompt.clone(),
+            n_prompt: spec.prompt.len(),
+            sampler: Sampler::new(spec.params.clone()),
+            stops: StopMatcher::new(&spec.stop),
+            req,
+            tx,
+            computed: 0,
+            blocks: Vec::new(),
+            hashes: Vec::new(),
+            cached_prompt: 0,
+            detok: Detokenizer::new(),
+            generated: 0,
+            received,
+            started: None,
+            first_token: None,
+            last_token: None,
+            preemptions: 0,
+        }
+    }
+
+    /// Tokens still to feed before the next sample.
+    fn remaining(&self) -> usize {
+        self.tokens.len() - self.computed
+    }
+
+    fn timing(&self, now: Instant) -> Timing {
+        let started = self.started.unwrap_or(now);
+        let first = self.first_token.unwrap_or(now);
+        Timing {
+            received: self.received,
+            queue: started.saturating_duration_since(self.received),
+            prefill: first.saturating_duration_since(started),
+            decode: now.saturating_duration_since(first),
+            preemptions: self.preemptions,
+        }
+    }
+}
+
+/// One entry of a step's plan: `len` tokens of running sequence `seq` from `computed`.
+#[derive(Debug, Clone, Copy)]
+struct Chunk {
+    seq: usize,
+    len: usize,
+}
+
+pub struct Core {
+    model: Arc<Model>,
+    tokenizer: Arc<Tokenizer>,
+    cfg: EngineConfig,
+    kv: KvCache,
+    scratch: Scratch,
+    pool: BlockPool,
+    waiting: VecDeque<Seq>,
+    /// In admission order: the newest is last (and preempted first).
+    running: Vec<Seq>,
+    cost: CostModel,
+    metrics: Arc<Mutex<Metrics>>,
+    shared: Arc<Shared>,
+    /// Start of every hash chain: distinguishes models sharing a process.
+    seed: ChainHash,
+    tables: Vec<Vec<u32>>,
+    logits: Vec<f32>,
+}
+
+impl Core {
+    /// A core outside any thread, stepped by the caller (tests).
+    pub fn standalone(model: Arc<Model>, tokenizer: Arc<Tokenizer>, cfg: EngineConfig) -> Self {
+        let metrics = Arc::new(Mutex::new(Metrics::default()));
+        Self::new(model, tokenizer, cfg, metrics, Arc::default(), 0)
+    }
+
+    pub fn metrics(&self) -> Metrics {
+        self.metrics
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub(crate) fn new(
+        model: Arc<Model>,
+        tokenizer: Arc<Tokenizer>,
+        cfg: EngineConfig,
+        metrics: Arc<Mutex<Metrics>>,
+        shared: Arc<Shared>,
+        seed: ChainHash,
+    ) -> Self {
+        let n_blocks = cfg.kv_blocks();
+        let kv = KvCache::new(&model.config, n_blocks, cfg.block_size);
+        let scratch = Scratch::new(
+            &model.config,
+            cfg.max_step_tokens + cfg.max_running,
+            cfg.max_running,
+        );
+        Core {
+            tokenizer,
+            kv,
+            scratch,
+            pool: BlockPool::new(n_blocks),
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            cost: CostModel::default(),
+            metrics,
+            shared,
+            seed,
+            tables: Vec::new(),
+            logits: vec![0.0; model.config.vocab_size],
+            model,
+            cfg,
+        }
+    }
+
+    pub fn add(&mut self, seq: Seq) {
+        self.waiting.push_back(seq);
+        self.shared
+            .waiting
+            .store(self.waiting.len(), Ordering::Relaxed);
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.waiting.is_empty() && self.running.is_empty()
+    }
+
+    /// Block pool counts (tests check for leaks with it).
+    pub fn pool(&self) -> &BlockPool {
+        &self.pool
+    }
+
+    /// One engine iteration. Returns the number of tokens computed.
+    pub fn step(&mut self) -> usize {
+        let t0 = Instant::now();
+        self.reap(t0);
+        let mut plan = self.plan(t0);
+        while plan.is_empty() && !self.running.is_empty() {
+            // Nothing fits although sequences hold blocks: make room.
+            self.preempt(self.running.len() - 1);
+            plan = self.plan(t0);
+        }
+        let tokens: usize = plan.iter().map(|c| c.len).sum();
+        if !plan.is_empty() {
+            if let Err(e) = self.run(&plan) {
+                // A failed forward pass: fail the sequences in it, keep serving others.
+                let msg = e.to_string();
+                let mut idx: Vec<usize> = plan.iter().map(|c| c.seq).collect();
+                idx.sort_unstable();
+                for i in idx.into_iter().rev() {
+                    let seq = self.running.remove(i);
+                    let _ = seq.tx.send(Event::Failed(msg.clone()));
+                }
+            }
+            let took = t0.elapsed();
+            self.cost.observe(tokens, took);
+            let mut m = self.metrics.lock().unwrap_or_else(|p| p.into_inner());
+            m.steps += 1;
+            m.step_time.observe_duration(took);
+            m.batch_size.observe(plan.len() as f64);
+            m.batch_tokens.observe(tokens as f64);
+        }
+        self.publish_gauges();
+        tokens
+    }
+
+    /// Drops sequences whose receiver is gone and waiting ones that can no
+    /// longer meet their deadline.
+    fn reap(&mut self, now: Instant) {
+        let before = self.running.len() + self.waiting.len();
+        self.running.retain(|s| !s.tx.is_closed());
+        self.waiting.retain(|s| !s.tx.is_closed());
+        let cancelled = before - self.running.len() - self.waiting.len();
+        let mut late = Vec::new();
+        let mut ahead = 0usize;
+        let per_step = self.cfg.max_step_tokens;
+        let mut i = 0;
+        while i < self.waiting.len() {
+            let s = &self.waiting[i];
+            ahead += s.remaining();
+            let eta = self.cost.time_for(ahead, per_step);
+            if s.req.spec().deadline.is_some_and(|d| now + eta > d) && s.first_token.is_none() {
+                let s = self.waiting.remove(i).expect("index in range");
+                ahead -= s.remaining();
+                late.push(s);
+            } else {
+                i += 1;
+            }
+        }
+        for s in late {
+            self.finish(s, FinishReason::Deadline, now);
+        }
+        if cancelled > 0 {
+            let mut m = self.metrics.lock().unwrap_or_else(|p| p.into_inner());
+            m.requests_cancelled += cancelled as u64;
+        }
+    }
+
+    fn plan(&mut self, now: Instant) -> Vec<Chunk> {
+        let mut plan = Vec::new();
+        let mut tokens = 0;
+        // Decodes first, oldest first; growing one may preempt the newest.
+        let mut i = 0;
+        while i < self.running.len() {
+            if self.running[i].remaining() == 1 {
+                let mut fits = self.grow(i, 1) == 1;
+                while !fits && self.running.len() - 1 > i {
+                    self.preempt(self.running.len() - 1);
+                    fits = self.grow(i, 1) == 1;
+                }
+                if !fits {
+                    // It is the newest itself: recompute it later.
+                    self.preempt(i);
+                    continue;
+                }
+                plan.push(Chunk { seq: i, len: 1 });
+                tokens += 1;
+            }
+            i += 1;
+        }
+        let budget = if plan.is_empty() {
+            self.cfg.max_step_tokens
+        } else {
+            self.cost
+                .tokens_within(self.cfg.itl_target)
+                .unwrap_or(self.cfg.block_size)
+                .saturating_sub(tokens)
+                .max(self.cfg.min_prefill_chunk)
+        };
+        let mut left = budget.min(self.cfg.max_step_tokens.saturating_sub(tokens));
+        self.metrics
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .step_token_budget = left;
+        // Then prompt chunks of running sequences, then new admissions.
+        for i in 0..self.running.len() {
+            if left == 0 {
+                break;
+            }
+            let r = self.running[i].remaining();
+            if r > 1 {
+                let k = self.grow(i, r.min(left));
+                if k > 0 {
+                    plan.push(Chunk { seq: i, len: k });
+                    left -= k;
+                }
+            }
+        }
+        while left > 0 && self.running.len() < self.cfg.max_running {
+            let Some(mut seq) = self.waiting.pop_front() else {
+                break;
+            };
+            if seq.computed == 0 && self.cfg.prefix_cache {
+                self.attach_cached_prefix(&mut seq);
+            }
+            self.running.push(seq);
+            let i = self.running.len() - 1;
+            let k = self.grow(i, self.running[i].remaining().min(left));
+            if k == 0 {
+                // No room yet: back to the head of the queue (cached blocks return to the LRU).
+                let mut seq = self.running.pop().expect("just pushed");
+                seq.blocks.clear();
+                seq.hashes.clear();
+                seq.computed = 0;
+                self.waiting.push_front(seq);
+                break;
+            }
+            let s = &mut self.running[i];
+            if s.started.is_none() {
+                s.started = Some(now);
+                let mut m = self.metrics.lock().unwrap_or_else(|p| p.into_inner());
+                m.requests_admitted += 1;
+                m.prompt_tokens += s.n_prompt as u64;
+                m.prefix_cache_hit_tokens += s.cached_prompt as u64;
+                m.queue_time
+                    .observe_duration(now.saturating_duration_since(s.received));
+            }
+            plan.push(Chunk { seq: i, len: k });
+            left -= k;
+        }
+        plan
+    }
+
+    /// Gives running sequence `i` blocks for up to `want` more tokens and
+    /// returns how many it can take (fewer when the pool runs dry).
+    fn grow(&mut self, i: usize, want: usize) -> usize {
+        let bs = self.cfg.block_size;
+        let s = &mut self.running[i];
+        let mut have = s.blocks.len() * bs - s.computed;
+        while have < want {
+            match self.pool.alloc() {
+                Some(b) => {
+                    s.blocks.push(b);
+                    have += bs;
+                }
+                None => break,
+            }
+        }
+        have.min(want)
+    }
+
+    /// Shares the longest run of cached full prompt blocks, always leaving
+    /// at least one prompt token to compute (its logits start the output).
+    fn attach_cached_prefix(&mut self, seq: &mut Seq) {
+        let bs = self.cfg.block_size;
+        let full = (seq.tokens.len() - 1) / bs;
+        let mut parent = self.seed;
+        for b in 0..full {
+            let toks = &seq.tokens[b * bs..(b + 1) * bs];
+            let h = chain_hash(parent, toks);
+            let Some(block) = self.pool.lookup(h, toks) else {
+                break;
+            };
+            seq.blocks.push(block);
+            seq.hashes.push(h);
+            parent = h;
+        }
+        seq.computed = seq.blocks.len() * bs;
+        if seq.started.is_none() {
+            seq.cached_prompt = seq.computed.min(seq.n_prompt);
+        }
+    }
+
+    fn preempt(&mut self, i: usize) {
+        let mut seq = self.running.remove(i);
+        seq.blocks.clear();
+        seq.hashes.clear();
+        seq.computed = 0;
+        seq.preemptions += 1;
+        self.waiting.push_front(seq);
+        self.metrics
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .preemptions += 1;
+    }
+
+    /// Runs the forward pass over `plan`, then samples and emits.
+    fn run(&mut self, plan: &[Chunk]) -> hasten_model::Result<()> {
+        self.tables.resize_with(plan.len(), Vec::new);
+        for (t, c) in self.tables.iter_mut().zip(plan) {
+            t.clear();
+            t.extend(self.running[c.seq].blocks.iter().map(Block::id));
+        }
+        let batch: Vec<SeqBatch<'_>> = plan
+            .iter()
+            .zip(&self.tables)
+            .map(|(c, table)| {
+                let s = &self.running[c.seq];
+                SeqBatch {
+                    tokens: &s.tokens[s.computed..s.computed + c.len],
+                    start_pos: s.computed,
+                    block_table: table,
+                    want_logits: s.computed + c.len == s.tokens.len(),
+                }
+            })
+            .collect();
+        let wants: Vec<bool> = batch.iter().map(|b| b.want_logits).collect();
+        let logits =
+            self.model
+                .forward(&batch, &mut self.kv, &mut self.scratch, self.cfg.threads)?;
+        let now = Instant::now();
+        let vocab = self.model.config.vocab_size;
+        let mut row = 0;
+        let mut done: Vec<(usize, FinishReason)> = Vec::new();
+        for (c, want) in plan.iter().zip(wants) {
+            let s = &mut self.running[c.seq];
+            s.computed += c.len;
+            if self.cfg.prefix_cache {
+                publish_full_blocks(&self.pool, s, self.cfg.block_size, self.seed);
+            }
+            if !want {
+                continue;
+            }
+            self.logits
+                .copy_from_slice(&logits[row * vocab..(row + 1) * vocab]);
+            row += 1;
+            if let Some(reason) = emit_token(
+                s,
+                &mut self.logits,
+                &self.tokenizer,
+                now,
+                &mut self.metrics.lock().unwrap_or_else(|p| p.into_inner()),
+            ) {
+                done.push((c.seq, reason));
+            }
+        }
+        done.sort_by_key(|d| d.0);
+        for (i, reason) in done.into_iter().rev() {
+            let seq = self.running.remove(i);
+            self.finish(seq, reason, now);
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, mut seq: Seq, reason: FinishReason, now: Instant) {
+        let mut text = String::new();
+        if reason != FinishReason::Stop {
+            let rest = seq.detok.flush();
+            let tail = seq.stops.push(&rest);
+            text = tail.text;
+            if !tail.stopped {
+                text.push_str(&seq.stops.finish());
+            }
+        }
+        let timing = seq.timing(now);
+        let fin = Finish {
+            reason,
+            text,
+            prompt_tokens: seq.n_prompt,
+            cached_prompt_tokens: seq.cached_prompt,
+            output_tokens: seq.generated,
+            timing,
+        };
+        {
+            let mut m = self.metrics.lock().unwrap_or_else(|p| p.into_inner());
+            m.requests_finished += 1;
+            m.e2e
+                .observe_duration(now.saturating_duration_since(seq.received));
+        }
+        let _ = seq.tx.send(Event::Finished(fin));
+        // Dropping `seq` returns its blocks (published ones stay cached).
+    }
+
+    fn publish_gauges(&self) {
+        let st = self.pool.stats();
+        let waiting_tokens: usize = self.waiting.iter().map(Seq::remaining).sum();
+        let eta = self.cost.time_for(waiting_tokens, self.cfg.max_step_tokens);
+        self.shared
+            .waiting
+            .store(self.waiting.len(), Ordering::Relaxed);
+        self.shared
+            .eta_us
+            .store(eta.as_micros() as u64, Ordering::Relaxed);
+        if let Some((_, b)) = self.cost.fit() {
+            self.shared
+                .per_token_ns
+                .store((b * 1e9) as u64, Ordering::Relaxed);
+        }
+        let mut m = self.metrics.lock().unwrap_or_else(|p| p.into_inner());
+        m.waiting = self.waiting.len();
+        m.running = self.running.len();
+        m.kv_blocks_total = st.total;
+        m.kv_blocks_used = st.used;
+        m.kv_blocks_free = st.free;
+        m.kv_blocks_cached = st.cached_idle;
+    }
+}
+
+/// Publishes every newly completed full block of `s` in the prefix cache.
+fn publish_full_blocks(pool: &BlockPool, s: &mut Seq, bs: usize, seed: ChainHash) {
+    while (s.hashes.len() + 1) * bs <= s.computed {
+        let b = s.hashes.len();
+        let parent = s.hashes.last().copied().unwrap_or(seed);
+        let toks = &s.tokens[b * bs..(b + 1) * bs];
+        let h = chain_hash(parent, toks);
+        pool.publish(&s.blocks[b], h, toks);
+        s.hashes.push(h);
+    }
+}
+
+/// Samples the next token of `s` and sends it; returns why the sequence
+/// ends, if it does.
+fn emit_token(
+    s: &mut Seq,
+    logits: &mut [f32],
+    tok: &Tokenizer,
+    now: Instant,
+    m: &mut Metrics,
+) -> Option<FinishReason> {
+    let spec = s.req.spec();
+    // From the model's distribution, before bias and penalties change `logits`.
+    let dist = spec
+        .logprobs
+        .map(|n| (log_softmax_top(logits, n), logits.to_vec()));
+    let t = s.sampler.sample(logits, &s.tokens);
+    match s.last_token {
+        None => {
+            s.first_token = Some(now);
+            m.ttft
+                .observe_duration(now.saturating_duration_since(s.received));
+        }
+        Some(prev) => m.itl.observe_duration(now.saturating_duration_since(prev)),
+    }
+    s.last_token = Some(now);
+    s.tokens.push(t);
+    if (!spec.ignore_eos && tok.is_eos(t)) || spec.stop_tokens.contains(&t) {
+        return Some(FinishReason::Stop);
+    }
+    s.generated += 1;
+    m.generated_tokens += 1;
+    let shown = s.stops.push(&s.detok.push(tok.token_bytes(t)));
+    let logprobs = dist.map(|((lse, top), raw)| TokenLogprobs {
+        logprob: raw[t as usize] - lse,
+        top,
+    });
+    let _ = s.tx.send(Event::Token(TokenEvent {
+        id: t,
+        text: shown.text,
+        index: s.generated - 1,
+        at: now,
+        logprobs,
+    }));
+    if shown.stopped {
+        Some(FinishReason::Stop)
+    } else if s.generated >= spec.max_tokens {
+        Some(FinishReason::Length)
+    } else {
+        None
+    }
+}
+
+/// The log-sum-exp of the raw logits and the `n` best (token, logprob).
+fn log_softmax_top(logits: &[f32], n: usize) -> (f32, Vec<(u32, f32)>) {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|&l| ((l - max) as f64).exp()).sum();
+    let lse = max + sum.ln() as f32;
+    let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
+    let k = n.max(1).min(idx.len());
+    let order = |a: &u32, b: &u32| {
+        logits[*b as usize]
+            .total_cmp(&logits[*a as usize])
+            .then(a.cmp(b))
+    };
+    idx.select_nth_unstable_by(k - 1, order);
+    idx.truncate(k);
+    idx.sort_by(order);
+    let mut top: Vec<(u32, f32)> = idx.iter().map(|&i| (i, logits[i as usize] - lse)).collect();
+    top.truncate(n);
+    (lse, top)
+}
+
+/// Time until the engine could start a request arriving now.
+pub(crate) fn queue_eta(shared: &Shared) -> Duration {
+    Duration::from_micros(shared.eta_us.load(Ordering::Relaxed))
+}

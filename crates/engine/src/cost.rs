@@ -1,0 +1,95 @@
+//! A running estimate of step time as `fixed + per_token * tokens`, fitted
+//! by least squares with exponential forgetting over recent steps. The
+//! scheduler sizes prefill chunks from it so running streams keep their
+//! inter-token latency target, and the server's `Retry-After` and the
+//! deadline check come from it.
+
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+pub struct CostModel {
+    // Decayed sums of 1, x, y, x², xy (x = tokens, y = seconds).
+    s: [f64; 5],
+    decay: f64,
+}
+
+impl Default for CostModel {
+    fn default() -> Self {
+        CostModel {
+            s: [0.0; 5],
+            decay: 0.95,
+        }
+    }
+}
+
+impl CostModel {
+    pub fn observe(&mut self, tokens: usize, took: Duration) {
+        let (x, y) = (tokens as f64, took.as_secs_f64());
+        for v in self.s.iter_mut() {
+            *v *= self.decay;
+        }
+        self.s[0] += 1.0;
+        self.s[1] += x;
+        self.s[2] += y;
+        self.s[3] += x * x;
+        self.s[4] += x * y;
+    }
+
+    /// (fixed seconds per step, seconds per token), once any step was seen.
+    pub fn fit(&self) -> Option<(f64, f64)> {
+        let [n, sx, sy, sxx, sxy] = self.s;
+        if n < 1e-9 {
+            return None;
+        }
+        let (mx, my) = (sx / n, sy / n);
+        let var = sxx / n - mx * mx;
+        if var > 1e-6 * mx.max(1.0) * mx.max(1.0) {
+            let b = (sxy / n - mx * my) / var;
+            let a = my - b * mx;
+            if b > 0.0 {
+                return Some((a.max(0.0), b));
+            }
+        }
+        // Too little spread in step sizes: charge everything per token.
+        Some((0.0, my / mx.max(1.0)))
+    }
+
+    /// Tokens a step may carry so that it takes about `target`.
+    pub fn tokens_within(&self, target: Duration) -> Option<usize> {
+        let (a, b) = self.fit()?;
+        let left = target.as_secs_f64() - a;
+        Some(if left <= 0.0 { 0 } else { (left / b) as usize })
+    }
+
+    /// Estimated time to compute `tokens` tokens in steps of up to `per_step`.
+    pub fn time_for(&self, tokens: usize, per_step: usize) -> Duration {
+        let Some((a, b)) = self.fit() else {
+            return Duration::ZERO;
+        };
+        let steps = tokens.div_ceil(per_step.max(1)) as f64;
+        Duration::from_secs_f64(a * steps + b * tokens as f64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recovers_a_linear_cost() {
+        let mut c = CostModel::default();
+        assert!(c.fit().is_none());
+        for i in 0..50 {
+            let t = 1 + (i * 37) % 200;
+            c.observe(t, Duration::from_secs_f64(0.010 + 0.0005 * t as f64));
+        }
+        let (a, b) = c.fit().unwrap();
+        assert!(
+            (a - 0.010).abs() < 1e-4 && (b - 0.0005).abs() < 1e-6,
+            "{a} {b}"
+        );
+        let n = c.tokens_within(Duration::from_millis(60)).unwrap();
+        assert!((99..=100).contains(&n), "{n}");
+        assert!(c.tokens_within(Duration::from_millis(5)) == Some(0));
+    }
+}

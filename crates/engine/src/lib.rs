@@ -1,0 +1,334 @@
+//! hasten-engine: serves many requests at once over one model.
+//!
+//! [`Engine::start`] spawns the engine thread that owns the model's KV
+//! cache and runs [`core`]'s step in a loop; async (or plain) code talks to
+//! it through channels: [`Engine::submit`] a validated [`Request`] and read
+//! its [`Event`]s from the returned [`RequestStream`]. Dropping the stream
+//! cancels the request; its KV blocks are freed at the start of the next
+//! step.
+//!
+//! Modules: [`blocks`] (the KV block pool and prefix cache), [`core`] (the
+//! scheduler and step), [`cost`] (step-time model that sizes prefill chunks
+//! for the ITL target and estimates queue waits), [`metrics`], [`request`].
+
+pub mod blocks;
+mod core;
+pub mod cost;
+pub mod error;
+pub mod metrics;
+pub mod request;
+
+pub use error::{Error, Result};
+pub use metrics::Metrics;
+pub use request::{Event, Finish, FinishReason, Limits, Request, RequestSpec, Timing, TokenEvent};
+
+use hasten_kernels::threads::Threads;
+use hasten_model::llama::Model;
+use hasten_model::tokenizer::Tokenizer;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+
+/// How the engine is sized and steered.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// KV cache capacity in tokens (rounded up to whole blocks).
+    pub kv_tokens: usize,
+    /// Tokens per KV block.
+    pub block_size: usize,
+    /// Sequences in one step at most.
+    pub max_running: usize,
+    /// Tokens in one step at most (decodes plus prompt chunks).
+    pub max_step_tokens: usize,
+    /// Steps with decoding streams are sized to take about this long.
+    pub itl_target: Duration,
+    /// Smallest prompt chunk while streams decode (keeps prefill moving).
+    pub min_prefill_chunk: usize,
+    /// Requests allowed to wait; more are refused with a retry estimate.
+    pub max_waiting: usize,
+    pub prefix_cache: bool,
+    pub threads: Threads,
+}
+
+impl EngineConfig {
+    /// Defaults for a model: a KV cache of `kv_tokens`, 16-token blocks,
+    /// 16 sequences, 512 tokens per step, a 50 ms ITL target.
+    pub fn new(kv_tokens: usize, threads: Threads) -> Self {
+        EngineConfig {
+            kv_tokens,
+            block_size: 16,
+            max_running: 16,
+            max_step_tokens: 512,
+            itl_target: Duration::from_millis(50),
+            min_prefill_chunk: 16,
+            max_waiting: 256,
+            prefix_cache: true,
+            threads,
+        }
+    }
+
+    /// The KV tokens that fit in `bytes` for `model` (f16 K and V).
+    pub fn kv_tokens_for_bytes(model: &Model, bytes: usize) -> usize {
+        bytes / model.config.kv_bytes_per_token().max(1)
+    }
+
+    pub fn kv_blocks(&self) -> usize {
+        self.kv_tokens.div_ceil(self.block_size)
+    }
+
+    fn check(&self) -> Result<()> {
+        let bad = |m: &str| Err(Error::Config(m.to_string()));
+        if self.block_size == 0 || self.kv_tokens == 0 {
+            return bad("block size and KV capacity must be positive");
+        }
+        if self.max_running == 0 || self.max_step_tokens == 0 {
+            return bad("max_running and max_step_tokens must be positive");
+        }
+        if self.max_step_tokens < self.max_running {
+            return bad("max_step_tokens must be at least max_running");
+        }
+        Ok(())
+    }
+}
+
+/// Figures the engine thread publishes for submitters (no lock).
+#[derive(Debug, Default)]
+pub(crate) struct Shared {
+    waiting: AtomicUsize,
+    /// Estimated time until the queue ahead of a new request is prefilled.
+    eta_us: AtomicU64,
+    per_token_ns: AtomicU64,
+}
+
+/// A submission on its way to the engine thread (a `Seq` is built there:
+/// it holds single-threaded block handles).
+struct Pending {
+    id: u64,
+    req: Request,
+    tx: tokio::sync::mpsc::UnboundedSender<Event>,
+    received: Instant,
+}
+
+enum Msg {
+    Submit(Box<Pending>),
+    Shutdown,
+}
+
+/// The handle to a running engine. Dropping it (or [`Engine::shutdown`])
+/// lets the engine finish the requests it has, then stop.
+pub struct Engine {
+    tx: mpsc::Sender<Msg>,
+    shared: Arc<Shared>,
+    metrics: Arc<Mutex<Metrics>>,
+    limits: Limits,
+    cfg: EngineConfig,
+    next_id: AtomicU64,
+    thread: Option<std::thread::JoinHandle<()>>,
+    /// Requests handed to the engine thread and not yet counted by it as waiting.
+    in_flight: Arc<AtomicUsize>,
+}
+
+/// The events of one request, in order, ending with `Finished` or `Failed`.
+#[derive(Debug)]
+pub struct RequestStream {
+    pub id: u64,
+    rx: UnboundedReceiver<Event>,
+}
+
+impl RequestStream {
+    pub async fn recv(&mut self) -> Option<Event> {
+        self.rx.recv().await
+    }
+
+    /// For synchronous callers (tests, benchmarks, the CLI).
+    pub fn blocking_recv(&mut self) -> Option<Event> {
+        self.rx.blocking_recv()
+    }
+
+    /// Collects the whole output: token ids and the final record.
+    pub fn wait(mut self) -> Result<(Vec<TokenEvent>, Finish)> {
+        let mut toks = Vec::new();
+        while let Some(ev) = self.blocking_recv() {
+            match ev {
+                Event::Token(t) => toks.push(t),
+                Event::Finished(f) => return Ok((toks, f)),
+                Event::Failed(m) => return Err(Error::Config(format!("request failed: {m}"))),
+            }
+        }
+        Err(Error::ShutDown)
+    }
+}
+
+impl Engine {
+    /// Starts the engine thread for `model`. `seed` starts every prefix-cache
+    /// hash chain (use one per model file).
+    pub fn start(
+        model: Arc<Model>,
+        tokenizer: Arc<Tokenizer>,
+        cfg: EngineConfig,
+    ) -> Result<Engine> {
+        cfg.check()?;
+        let limits = Limits {
+            vocab_size: model.config.vocab_size,
+            context_length: model.config.context_length,
+            kv_tokens: cfg.kv_blocks() * cfg.block_size,
+        };
+        let shared = Arc::new(Shared::default());
+        let metrics = Arc::new(Mutex::new(Metrics::default()));
+        let (tx, rx) = mpsc::channel();
+        let in_flight = Arc::new(AtomicUsize::new(0));
+        let flight = in_flight.clone();
+        let (m2, s2, c2) = (metrics.clone(), shared.clone(), cfg.clone());
+        let seed = blocks::chain_hash(0, &[limits.vocab_size as u32]);
+        let thread = std::thread::Builder::new()
+            .name("hasten-engine".into())
+            .spawn(move || {
+                // The block pool is single-threaded (`Rc`): build the core on its thread.
+                let mut core = core::Core::new(model, tokenizer, c2, m2, s2, seed);
+                run_loop(&mut core, &rx, &flight)
+            })
+            .map_err(|e| Error::Config(format!("cannot start the engine thread: {e}")))?;
+        Ok(Engine {
+            tx,
+            shared,
+            metrics,
+            limits,
+            cfg,
+            next_id: AtomicU64::new(1),
+            thread: Some(thread),
+            in_flight,
+        })
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.cfg
+    }
+
+    /// Validates `spec` against this engine's limits.
+    pub fn validate(&self, spec: RequestSpec) -> Result<Request> {
+        Request::validate(spec, &self.limits)
+    }
+
+    /// Estimated wait before a request arriving now starts computing.
+    pub fn queue_eta(&self) -> Duration {
+        core::queue_eta(&self.shared)
+    }
+
+    /// Requests waiting to be admitted.
+    pub fn waiting(&self) -> usize {
+        self.shared.waiting.load(Ordering::Relaxed) + self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Queues `req`. Refuses (before any work) when the queue is full or the
+    /// request's deadline cannot be met.
+    pub fn submit(&self, req: Request) -> Result<RequestStream> {
+        let received = Instant::now();
+        let waiting = self.waiting();
+        let reject = |e| {
+            self.metrics
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .requests_rejected += 1;
+            Err(e)
+        };
+        if waiting >= self.cfg.max_waiting {
+            let retry_after = self.queue_eta().max(Duration::from_secs(1));
+            return reject(Error::QueueFull {
+                waiting,
+                retry_after,
+            });
+        }
+        if let Some(deadline) = req.spec().deadline {
+            let per_token = Duration::from_nanos(self.shared.per_token_ns.load(Ordering::Relaxed));
+            let eta = self.queue_eta() + per_token * req.spec().prompt.len() as u32;
+            if received + eta > deadline {
+                return reject(Error::DeadlineUnreachable { eta });
+            }
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (etx, erx) = unbounded_channel();
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        if self
+            .tx
+            .send(Msg::Submit(Box::new(Pending {
+                id,
+                req,
+                tx: etx,
+                received,
+            })))
+            .is_err()
+        {
+            self.in_flight.fetch_sub(1, Ordering::Relaxed);
+            return Err(Error::ShutDown);
+        }
+        Ok(RequestStream { id, rx: erx })
+    }
+
+    /// A copy of the engine's metrics.
+    pub fn metrics(&self) -> Metrics {
+        self.metrics
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Finishes the requests already submitted, then stops the thread.
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        let _ = self.tx.send(Msg::Shutdown);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn run_loop(core: &mut core::Core, rx: &mpsc::Receiver<Msg>, in_flight: &AtomicUsize) {
+    let mut draining = false;
+    loop {
+        // Block only when there is nothing to compute.
+        let first = if core.is_idle() {
+            if draining {
+                return;
+            }
+            match rx.recv() {
+                Ok(m) => Some(m),
+                Err(_) => return,
+            }
+        } else {
+            None
+        };
+        for msg in first
+            .into_iter()
+            .chain(std::iter::from_fn(|| rx.try_recv().ok()))
+        {
+            match msg {
+                Msg::Submit(p) => {
+                    core.add(core::Seq::new(p.id, p.req, p.tx, p.received));
+                    in_flight.fetch_sub(1, Ordering::Relaxed);
+                }
+                Msg::Shutdown => draining = true,
+            }
+        }
+        core.step();
+    }
+}
+
+/// Test support: the core without its thread, stepped by hand.
+#[doc(hidden)]
+pub mod testing {
+    pub use crate::core::{Core, Seq};
+}

@@ -1,0 +1,240 @@
+//! What goes into the engine (a validated [`Request`]) and what comes out
+//! (a stream of [`Event`]s ending in a [`Finish`]).
+//!
+//! Field names for times follow `latency-vocabulary.md`: queue time is
+//! arrival until the first prompt token enters a forward pass, prefill time
+//! from then until the first output token's logits exist, decode time from
+//! then to the last token.
+
+use crate::error::{Error, Result};
+use hasten_model::sampler::SamplingParams;
+use std::time::{Duration, Instant};
+
+/// The most `top_logprobs` a request may ask for (OpenAI's limit).
+pub const MAX_TOP_LOGPROBS: usize = 20;
+
+/// A request as the caller describes it; [`Request::validate`] checks it.
+#[derive(Debug, Clone)]
+pub struct RequestSpec {
+    pub prompt: Vec<u32>,
+    pub params: SamplingParams,
+    pub max_tokens: usize,
+    /// Stop before any of these strings (not included in the output).
+    pub stop: Vec<String>,
+    /// Extra token ids that end generation (besides the model's EOS).
+    pub stop_tokens: Vec<u32>,
+    /// Keep generating through end-of-sequence tokens (benchmarks).
+    pub ignore_eos: bool,
+    /// Reject the request rather than start it when its first token cannot
+    /// arrive before this instant.
+    pub deadline: Option<Instant>,
+    /// Log-probabilities of each sampled token and of this many alternatives.
+    pub logprobs: Option<usize>,
+}
+
+impl RequestSpec {
+    /// Greedy decoding of `prompt` for `max_tokens` tokens.
+    pub fn greedy(prompt: Vec<u32>, max_tokens: usize) -> Self {
+        RequestSpec {
+            prompt,
+            params: SamplingParams::greedy(),
+            max_tokens,
+            stop: Vec::new(),
+            stop_tokens: Vec::new(),
+            ignore_eos: false,
+            deadline: None,
+            logprobs: None,
+        }
+    }
+}
+
+/// What the model and engine allow; requests are checked against it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub vocab_size: usize,
+    pub context_length: usize,
+    /// Tokens the whole KV cache holds (a request must fit on its own).
+    pub kv_tokens: usize,
+}
+
+/// A request the engine accepts: only [`Request::validate`] makes one.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub(crate) spec: RequestSpec,
+}
+
+impl Request {
+    pub fn validate(spec: RequestSpec, limits: &Limits) -> Result<Request> {
+        if spec.prompt.is_empty() {
+            return Err(Error::EmptyPrompt);
+        }
+        let vocab = limits.vocab_size;
+        if let Some(&token) = spec
+            .prompt
+            .iter()
+            .chain(&spec.stop_tokens)
+            .find(|&&t| t as usize >= vocab)
+        {
+            return Err(Error::TokenOutOfRange { token, vocab });
+        }
+        if spec.max_tokens == 0 {
+            return Err(Error::ZeroMaxTokens);
+        }
+        let needed = spec.prompt.len().saturating_add(spec.max_tokens);
+        if needed > limits.context_length {
+            return Err(Error::ContextLengthExceeded {
+                prompt: spec.prompt.len(),
+                max_tokens: spec.max_tokens,
+                context: limits.context_length,
+            });
+        }
+        if needed > limits.kv_tokens {
+            return Err(Error::KvCapacity {
+                needed,
+                capacity: limits.kv_tokens,
+            });
+        }
+        if let Some(n) = spec.logprobs {
+            if n > MAX_TOP_LOGPROBS {
+                return Err(Error::TooManyLogprobs {
+                    got: n,
+                    max: MAX_TOP_LOGPROBS,
+                });
+            }
+        }
+        spec.params
+            .validate(vocab)
+            .map_err(|e| Error::BadParams(e.to_string()))?;
+        Ok(Request { spec })
+    }
+
+    pub fn spec(&self) -> &RequestSpec {
+        &self.spec
+    }
+}
+
+/// One output token.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenEvent {
+    pub id: u32,
+    /// Text that became safe to show with this token (may be empty while
+    /// a multi-byte character or a possible stop string is held back).
+    pub text: String,
+    /// 0 for the first output token.
+    pub index: usize,
+    /// When the engine produced it.
+    pub at: Instant,
+    pub logprobs: Option<TokenLogprobs>,
+}
+
+/// Log-probabilities from the model's distribution (before sampling settings).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprobs {
+    pub logprob: f32,
+    /// The most likely tokens, best first.
+    pub top: Vec<(u32, f32)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    /// End of sequence, a stop token or a stop string.
+    Stop,
+    /// `max_tokens` reached.
+    Length,
+    /// The deadline could no longer be met before the first token.
+    Deadline,
+}
+
+impl FinishReason {
+    /// OpenAI's name (`stop`, `length`); deadlines report `length` there.
+    pub fn as_openai(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length | FinishReason::Deadline => "length",
+        }
+    }
+}
+
+/// The server-side latency breakdown of one request.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Timing {
+    pub received: Instant,
+    pub queue: Duration,
+    pub prefill: Duration,
+    pub decode: Duration,
+    /// Times the sequence was preempted and recomputed.
+    pub preemptions: u32,
+}
+
+/// The last event of every stream.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finish {
+    pub reason: FinishReason,
+    /// Text held back until the end (an incomplete stop-string prefix).
+    pub text: String,
+    pub prompt_tokens: usize,
+    /// Prompt tokens whose KV came from the prefix cache.
+    pub cached_prompt_tokens: usize,
+    pub output_tokens: usize,
+    pub timing: Timing,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    Token(TokenEvent),
+    Finished(Finish),
+    /// The forward pass failed; the stream ends here.
+    Failed(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const L: Limits = Limits {
+        vocab_size: 100,
+        context_length: 64,
+        kv_tokens: 48,
+    };
+
+    #[test]
+    fn validation_names_the_problem() {
+        let ok = RequestSpec::greedy(vec![1, 2, 3], 8);
+        assert!(Request::validate(ok.clone(), &L).is_ok());
+        let bad = |f: &dyn Fn(&mut RequestSpec)| {
+            let mut s = ok.clone();
+            f(&mut s);
+            Request::validate(s, &L).unwrap_err()
+        };
+        assert!(matches!(bad(&|s| s.prompt.clear()), Error::EmptyPrompt));
+        assert!(matches!(
+            bad(&|s| s.prompt[1] = 100),
+            Error::TokenOutOfRange { token: 100, .. }
+        ));
+        assert!(matches!(bad(&|s| s.max_tokens = 0), Error::ZeroMaxTokens));
+        assert!(matches!(
+            bad(&|s| s.max_tokens = 62),
+            Error::ContextLengthExceeded {
+                prompt: 3,
+                max_tokens: 62,
+                context: 64
+            }
+        ));
+        assert!(matches!(
+            bad(&|s| s.max_tokens = 50),
+            Error::KvCapacity { .. }
+        ));
+        assert!(matches!(
+            bad(&|s| s.logprobs = Some(21)),
+            Error::TooManyLogprobs { .. }
+        ));
+        assert!(matches!(
+            bad(&|s| s.params.temperature = -1.0),
+            Error::BadParams(_)
+        ));
+        assert!(matches!(
+            bad(&|s| s.stop_tokens = vec![500]),
+            Error::TokenOutOfRange { .. }
+        ));
+    }
+}

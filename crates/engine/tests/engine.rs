@@ -1,0 +1,430 @@
+//! The engine against a real (synthetic) GGUF model: batch invariance with
+//! and without the prefix cache and under preemption, cancellation, block
+//! leaks under random interleavings, finish reasons, and the threaded
+//! handle's refusals.
+
+use hasten_engine::testing::{Core, Seq};
+use hasten_engine::{
+    Engine, EngineConfig, Error, Event, Finish, FinishReason, Limits, Request, RequestSpec,
+};
+use hasten_kernels::quant::GgmlType;
+use hasten_kernels::threads::Threads;
+use hasten_model::llama::Model;
+use hasten_model::loader;
+use hasten_model::testing::Fixture;
+use hasten_model::tokenizer::Tokenizer;
+use rand::{Rng, SeedableRng};
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+
+fn testdata() -> PathBuf {
+    std::env::var_os("HASTEN_TESTDATA")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/testdata")
+        })
+}
+
+/// The tiny fixture (dim 256, 2 layers, 32000 vocab, context 512), loaded once.
+fn model() -> (Arc<Model>, Arc<Tokenizer>) {
+    static M: OnceLock<(Arc<Model>, Arc<Tokenizer>)> = OnceLock::new();
+    M.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tiny.gguf");
+        Fixture::tiny(GgmlType::Q8_0)
+            .write_gguf(
+                &testdata().join("tokenizer/ggml-vocab-llama-spm.gguf"),
+                &path,
+            )
+            .unwrap();
+        let lm = loader::load(&path).unwrap();
+        // The model maps the file; keep the directory for the whole test run.
+        std::mem::forget(dir);
+        (Arc::new(lm.model), Arc::new(lm.tokenizer))
+    })
+    .clone()
+}
+
+fn cfg(kv_tokens: usize) -> EngineConfig {
+    EngineConfig {
+        max_step_tokens: 64,
+        max_running: 8,
+        ..EngineConfig::new(kv_tokens, Threads::new(2).unwrap())
+    }
+}
+
+fn limits(c: &EngineConfig) -> Limits {
+    Limits {
+        vocab_size: 32000,
+        context_length: 512,
+        kv_tokens: c.kv_blocks() * c.block_size,
+    }
+}
+
+fn prompt(rng: &mut rand_chacha::ChaCha8Rng, n: usize) -> Vec<u32> {
+    (0..n).map(|_| rng.gen_range(3..32000)).collect()
+}
+
+fn spec(p: Vec<u32>, max: usize) -> RequestSpec {
+    RequestSpec {
+        ignore_eos: true,
+        ..RequestSpec::greedy(p, max)
+    }
+}
+
+struct Driver {
+    core: Core,
+    limits: Limits,
+    next: u64,
+}
+
+impl Driver {
+    fn new(c: EngineConfig) -> Self {
+        let (m, t) = model();
+        let limits = limits(&c);
+        Driver {
+            core: Core::standalone(m, t, c),
+            limits,
+            next: 0,
+        }
+    }
+
+    fn submit(&mut self, s: RequestSpec) -> UnboundedReceiver<Event> {
+        let req = Request::validate(s, &self.limits).unwrap();
+        let (tx, rx) = unbounded_channel();
+        self.next += 1;
+        self.core.add(Seq::new(self.next, req, tx, Instant::now()));
+        rx
+    }
+
+    fn run_to_idle(&mut self) {
+        let mut steps = 0;
+        while !self.core.is_idle() {
+            self.core.step();
+            steps += 1;
+            assert!(steps < 100_000, "the engine stopped making progress");
+        }
+    }
+}
+
+/// Token ids and the finish record of a finished stream.
+fn collect(rx: &mut UnboundedReceiver<Event>) -> (Vec<u32>, Finish) {
+    let mut ids = Vec::new();
+    while let Ok(ev) = rx.try_recv() {
+        match ev {
+            Event::Token(t) => {
+                assert_eq!(t.index, ids.len());
+                ids.push(t.id)
+            }
+            Event::Finished(f) => return (ids, f),
+            Event::Failed(m) => panic!("failed: {m}"),
+        }
+    }
+    panic!("stream did not finish");
+}
+
+fn alone(s: &RequestSpec) -> Vec<u32> {
+    let mut d = Driver::new(EngineConfig {
+        prefix_cache: false,
+        ..cfg(4096)
+    });
+    let mut rx = d.submit(s.clone());
+    d.run_to_idle();
+    collect(&mut rx).0
+}
+
+/// Requests of mixed lengths arriving at random steps.
+fn workload(seed: u64, n: usize) -> Vec<(usize, RequestSpec)> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    // Two requests share a long prefix so the prefix cache has work.
+    let shared = prompt(&mut rng, 40);
+    (0..n)
+        .map(|i| {
+            let len = rng.gen_range(1..120);
+            let mut p = prompt(&mut rng, len);
+            if i % 3 == 0 {
+                p.splice(0..0, shared.iter().copied());
+            }
+            (rng.gen_range(0..6), spec(p, rng.gen_range(1..24)))
+        })
+        .collect()
+}
+
+fn run_concurrently(c: EngineConfig, work: &[(usize, RequestSpec)]) -> (Vec<Vec<u32>>, Core) {
+    let mut d = Driver::new(c);
+    let mut rxs: Vec<Option<UnboundedReceiver<Event>>> = (0..work.len()).map(|_| None).collect();
+    let mut step = 0;
+    while rxs.iter().any(Option::is_none) || !d.core.is_idle() {
+        for (i, (at, s)) in work.iter().enumerate() {
+            if *at == step && rxs[i].is_none() {
+                rxs[i] = Some(d.submit(s.clone()));
+            }
+        }
+        d.core.step();
+        step += 1;
+        assert!(step < 100_000);
+    }
+    let outs = rxs
+        .iter_mut()
+        .map(|r| collect(r.as_mut().unwrap()).0)
+        .collect();
+    (outs, d.core)
+}
+
+#[test]
+fn concurrent_requests_match_each_request_alone() {
+    let work = workload(1, 9);
+    let want: Vec<Vec<u32>> = work.iter().map(|(_, s)| alone(s)).collect();
+    for prefix_cache in [false, true] {
+        let (got, core) = run_concurrently(
+            EngineConfig {
+                prefix_cache,
+                ..cfg(4096)
+            },
+            &work,
+        );
+        assert_eq!(got, want, "prefix_cache={prefix_cache}");
+        let m = core.metrics();
+        assert!(
+            m.batch_size.quantile(1.0).unwrap() >= 4.0,
+            "requests really ran together"
+        );
+        if prefix_cache {
+            assert!(m.prefix_cache_hit_tokens > 0);
+        }
+    }
+}
+
+#[test]
+fn preemption_under_a_tiny_kv_pool_keeps_outputs_identical() {
+    let work = workload(2, 8);
+    let want: Vec<Vec<u32>> = work.iter().map(|(_, s)| alone(s)).collect();
+    // Room for about two of these requests at a time.
+    let (got, core) = run_concurrently(cfg(320), &work);
+    assert_eq!(got, want);
+    let m = core.metrics();
+    assert!(m.preemptions > 0, "the pool was meant to run out");
+    let st = core.pool().stats();
+    assert_eq!(st.used, 0);
+    assert_eq!(st.free + st.cached_idle, st.total);
+}
+
+#[test]
+fn a_cached_prefix_is_reported_and_changes_nothing() {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+    let base = prompt(&mut rng, 100);
+    let mut longer = base.clone();
+    longer.extend(prompt(&mut rng, 7));
+    let mut d = Driver::new(cfg(4096));
+    let mut a = d.submit(spec(base.clone(), 5));
+    d.run_to_idle();
+    let (_, fa) = collect(&mut a);
+    assert_eq!(fa.cached_prompt_tokens, 0);
+    let mut b = d.submit(spec(longer.clone(), 12));
+    d.run_to_idle();
+    let (ids, fb) = collect(&mut b);
+    // 100 tokens = 6 full 16-token blocks.
+    assert_eq!(fb.cached_prompt_tokens, 96);
+    assert_eq!(fb.prompt_tokens, 107);
+    assert_eq!(ids, alone(&spec(longer, 12)));
+    // The identical prompt again: everything but the last block's tokens is cached.
+    let mut c = d.submit(spec(base.clone(), 5));
+    d.run_to_idle();
+    assert_eq!(collect(&mut c).1.cached_prompt_tokens, 96);
+}
+
+#[test]
+fn cancelling_frees_blocks_within_one_step() {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(4);
+    for steps_before in [1, 4, 8] {
+        let mut d = Driver::new(EngineConfig {
+            prefix_cache: false,
+            ..cfg(4096)
+        });
+        // 300 prompt tokens at 64 per step: several prefill steps, then decode.
+        let rx = d.submit(spec(prompt(&mut rng, 300), 50));
+        for _ in 0..steps_before {
+            d.core.step();
+        }
+        assert!(d.core.pool().stats().used > 0);
+        drop(rx);
+        d.core.step();
+        assert_eq!(d.core.pool().stats().used, 0, "after {steps_before} steps");
+        assert!(d.core.is_idle());
+        assert_eq!(d.core.metrics().requests_cancelled, 1);
+    }
+}
+
+#[test]
+fn random_submit_cancel_finish_interleavings_leak_no_block() {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+    for round in 0..4 {
+        let mut d = Driver::new(EngineConfig {
+            max_step_tokens: 48,
+            ..cfg(if round % 2 == 0 { 256 } else { 1024 })
+        });
+        let mut live: Vec<UnboundedReceiver<Event>> = Vec::new();
+        for _ in 0..400 {
+            match rng.gen_range(0..10) {
+                0..=2 => {
+                    let len = rng.gen_range(1..90);
+                    let p = if rng.gen_bool(0.3) {
+                        vec![7; len] // repeated prompts hit the prefix cache
+                    } else {
+                        prompt(&mut rng, len)
+                    };
+                    live.push(d.submit(spec(p, rng.gen_range(1..20))));
+                }
+                3 if !live.is_empty() => {
+                    let i = rng.gen_range(0..live.len());
+                    drop(live.swap_remove(i));
+                }
+                _ => {
+                    d.core.step();
+                }
+            }
+            live.retain_mut(|rx| {
+                while let Ok(ev) = rx.try_recv() {
+                    if matches!(ev, Event::Finished(_)) {
+                        return false;
+                    }
+                }
+                true
+            });
+        }
+        drop(live);
+        d.run_to_idle();
+        let st = d.core.pool().stats();
+        assert_eq!(st.used, 0, "round {round}: {st:?}");
+        assert_eq!(st.free + st.cached_idle, st.total, "round {round}: {st:?}");
+    }
+}
+
+#[test]
+fn finish_reasons_stop_strings_and_logprobs() {
+    let (_, tok) = model();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(6);
+    let p = prompt(&mut rng, 10);
+    let free = alone(&spec(p.clone(), 12));
+    let mut d = Driver::new(cfg(4096));
+    // Length.
+    let mut rx = d.submit(spec(p.clone(), 12));
+    d.run_to_idle();
+    let (ids, f) = collect(&mut rx);
+    assert_eq!(
+        (ids.len(), f.reason, f.output_tokens),
+        (12, FinishReason::Length, 12)
+    );
+    // A stop token: the 4th output token ends it, unshown.
+    let mut s = spec(p.clone(), 12);
+    s.stop_tokens = vec![free[3]];
+    let first = free.iter().position(|&t| t == free[3]).unwrap();
+    let mut rx = d.submit(s);
+    d.run_to_idle();
+    let (ids, f) = collect(&mut rx);
+    assert_eq!(
+        (ids.as_slice(), f.reason),
+        (&free[..first], FinishReason::Stop)
+    );
+    // A stop string: the text of tokens 2..4 (when it is non-empty).
+    let text = tok.decode(&free[2..4]);
+    if !text.trim().is_empty() {
+        let mut s = spec(p.clone(), 12);
+        s.stop = vec![text.clone()];
+        let mut rx = d.submit(s);
+        d.run_to_idle();
+        let mut shown = String::new();
+        let fin = loop {
+            match rx.try_recv().unwrap() {
+                Event::Token(t) => shown.push_str(&t.text),
+                Event::Finished(f) => break f,
+                Event::Failed(m) => panic!("{m}"),
+            }
+        };
+        assert_eq!(fin.reason, FinishReason::Stop);
+        assert!(
+            !shown.contains(&text),
+            "{shown:?} shows the stop string {text:?}"
+        );
+    }
+    // Log-probabilities: the greedy token is the best alternative.
+    let mut s = spec(p, 3);
+    s.logprobs = Some(4);
+    let mut rx = d.submit(s);
+    d.run_to_idle();
+    while let Ok(Event::Token(t)) = rx.try_recv() {
+        let lp = t.logprobs.unwrap();
+        assert_eq!(lp.top.len(), 4);
+        assert_eq!(lp.top[0].0, t.id);
+        assert!((lp.top[0].1 - lp.logprob).abs() < 1e-6 && lp.logprob <= 0.0);
+        assert!(lp.top.windows(2).all(|w| w[0].1 >= w[1].1));
+    }
+}
+
+#[test]
+fn threaded_engine_streams_and_refuses_honestly() {
+    let (m, t) = model();
+    let engine = Engine::start(
+        m.clone(),
+        t.clone(),
+        EngineConfig {
+            max_waiting: 2,
+            max_running: 1,
+            ..cfg(4096)
+        },
+    )
+    .unwrap();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+    let p = prompt(&mut rng, 20);
+    let want = alone(&spec(p.clone(), 16));
+    let (toks, fin) = engine
+        .submit(engine.validate(spec(p.clone(), 16)).unwrap())
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert_eq!(toks.iter().map(|t| t.id).collect::<Vec<_>>(), want);
+    assert!(toks.windows(2).all(|w| w[0].at <= w[1].at));
+    assert_eq!(fin.output_tokens, 16);
+    assert!(fin.timing.prefill > Duration::ZERO);
+    // Validation errors come from the handle, before the engine sees anything.
+    assert!(matches!(
+        engine.validate(spec(p.clone(), 600)),
+        Err(Error::ContextLengthExceeded { .. })
+    ));
+    // A deadline already past is refused up front.
+    let mut late = spec(p.clone(), 4);
+    late.deadline = Some(Instant::now());
+    std::thread::sleep(Duration::from_millis(2));
+    assert!(matches!(
+        engine.submit(engine.validate(late).unwrap()),
+        Err(Error::DeadlineUnreachable { .. })
+    ));
+    // One running, two waiting: the fourth request is refused with a retry hint.
+    let mut held = Vec::new();
+    let mut refused = None;
+    for _ in 0..6 {
+        match engine.submit(engine.validate(spec(p.clone(), 200)).unwrap()) {
+            Ok(s) => held.push(s),
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+        }
+    }
+    match refused {
+        Some(Error::QueueFull { retry_after, .. }) => {
+            assert!(retry_after >= Duration::from_secs(1))
+        }
+        other => panic!(
+            "expected QueueFull, got {other:?} after {} accepted",
+            held.len()
+        ),
+    }
+    assert!(held.len() <= 3);
+    drop(held);
+    let m = engine.metrics();
+    assert!(m.requests_rejected >= 2);
+    engine.shutdown();
+}
