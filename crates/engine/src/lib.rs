@@ -61,7 +61,7 @@ impl EngineConfig {
             max_running: 16,
             max_step_tokens: 512,
             itl_target: Duration::from_millis(50),
-            min_prefill_chunk: 16,
+            min_prefill_chunk: 4,
             max_waiting: 256,
             prefix_cache: true,
             threads,
