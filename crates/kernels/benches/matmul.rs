@@ -48,6 +48,24 @@ fn bench(c: &mut Criterion) {
                 });
             }
             group.finish();
+            if let Some(packed) = hasten_kernels::quant::repack::repack_q4_0x8(&wq, rows, cols)
+                .filter(|_| ty == GgmlType::Q4_0)
+            {
+                let w = w.with_packed(&packed).unwrap();
+                let mut group = c.benchmark_group(format!("matmul/{shape}/Q4_0x8"));
+                group.throughput(Throughput::Bytes(wq.len() as u64));
+                for n in [1usize, 8, 64] {
+                    if rows * cols > 4_000_000 && n == 64 {
+                        continue;
+                    }
+                    let x: Vec<f32> = (0..n * cols).map(|_| rng.gen_range(-1.0..1.0)).collect();
+                    let mut out = vec![0.0f32; n * rows];
+                    group.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, _| {
+                        b.iter(|| matmul(&w, &x, &mut out, threads).unwrap())
+                    });
+                }
+                group.finish();
+            }
         }
     }
 }

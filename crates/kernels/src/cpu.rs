@@ -103,6 +103,21 @@ pub fn zero_offset(ty: GgmlType) -> f32 {
     }
 }
 
+/// Activation rows per tile of the eight-row interleaved kernels.
+pub const X8_N: usize = 4;
+/// One eight-row interleaved group (see [`crate::quant::repack`]) against one activation row.
+pub type X8Gemv = fn(group: &[u8], x: [Q8Row<'_>; 1]) -> [[f32; 8]; 1];
+/// The same against [`X8_N`] activation rows.
+pub type X8Gemm = fn(group: &[u8], x: [Q8Row<'_>; X8_N]) -> [[f32; 8]; X8_N];
+
+fn x8_gemv_ref(group: &[u8], x: [Q8Row<'_>; 1]) -> [[f32; 8]; 1] {
+    [crate::quant::repack::dot_q4_0x8(group, x[0])]
+}
+
+fn x8_gemm_ref(group: &[u8], x: [Q8Row<'_>; X8_N]) -> [[f32; 8]; X8_N] {
+    x.map(|r| crate::quant::repack::dot_q4_0x8(group, r))
+}
+
 /// Fills the per-block `d` and `ds` of [`Q8Row`] for Q8_0 blocks `q`, for
 /// weights of type `ty`.
 pub fn q8_row_terms(ty: GgmlType, q: &[u8], d: &mut Vec<f32>, ds: &mut Vec<f32>) {
@@ -147,6 +162,8 @@ pub struct Kernels {
     pub q5_0: QuantPath,
     pub q4_k: QuantPath,
     pub q6_k: QuantPath,
+    /// Q4_0 repacked in eight-row groups.
+    pub q4_0x8: (X8Gemv, X8Gemm),
     pub f16_dot: F16Dot,
     /// Query · one f16 K row (attention scores).
     pub kv_dot: fn(&[f32], &[half::f16]) -> f32,
@@ -198,6 +215,7 @@ impl Kernels {
             q5_0: q80(r::quantize_q8_0_act, r::dot_q5_0_q8_0),
             q4_k: q8k(r::quantize_q8_k_act, r::dot_q4_k_q8_k),
             q6_k: q8k(r::quantize_q8_k_act, r::dot_q6_k_q8_k),
+            q4_0x8: (x8_gemv_ref, x8_gemm_ref),
             f16_dot: r::dot_f16_f32,
             kv_dot: r::dot_f32_f16,
             kv_axpy: r::axpy_f16,
@@ -222,6 +240,10 @@ impl Kernels {
                 // Q8_K quantization is a small share of the work; it stays scalar.
                 q4_k: q8k(r::quantize_q8_k_act, avx2::dot_q4_k_q8_k),
                 q6_k: q8k(r::quantize_q8_k_act, avx2::dot_q6_k_q8_k),
+                q4_0x8: (
+                    crate::simd::avx2_x8::gemv_q4_0x8,
+                    crate::simd::avx2_x8::gemm_q4_0x8,
+                ),
                 f16_dot: avx2::dot_f16_f32,
                 kv_dot: avx2::dot_f32_f16,
                 kv_axpy: avx2::axpy_f16,

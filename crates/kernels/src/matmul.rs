@@ -4,7 +4,8 @@
 //! every activation row, so one pass over the weights serves the whole batch.
 //! Work is split across threads by weight rows.
 
-use crate::cpu::{kernels, q8_row_terms, Q8Row, Tile1, TileN, TILE_N};
+use crate::cpu::{kernels, q8_row_terms, Q8Row, Tile1, TileN, X8Gemm, X8Gemv, TILE_N, X8_N};
+use crate::quant::repack::X8_UNIT;
 use crate::quant::{dequantize_row, GgmlType};
 use crate::threads::{par_chunks, Threads};
 use crate::{Error, Result};
@@ -17,6 +18,9 @@ pub struct WeightMatrix<'a> {
     pub rows: usize,
     pub cols: usize,
     pub data: &'a [u8],
+    /// The same Q4_0 weights interleaved in eight-row groups
+    /// ([`crate::quant::repack`]), used instead of `data` when present.
+    pub packed: Option<&'a [u8]>,
 }
 
 impl<'a> WeightMatrix<'a> {
@@ -36,7 +40,27 @@ impl<'a> WeightMatrix<'a> {
             rows,
             cols,
             data,
+            packed: None,
         })
+    }
+
+    /// Attaches the eight-row interleaved copy of Q4_0 weights made by
+    /// [`crate::quant::repack::repack_q4_0x8`].
+    pub fn with_packed(mut self, packed: &'a [u8]) -> Result<Self> {
+        if self.ty != GgmlType::Q4_0 || self.rows % 8 != 0 || packed.len() != self.data.len() {
+            return Err(Error::Shape {
+                op: "matmul",
+                detail: format!(
+                    "a packed copy needs Q4_0 rows in multiples of 8 and {} bytes, got {} rows of {} and {} bytes",
+                    self.data.len(),
+                    self.rows,
+                    self.ty.name(),
+                    packed.len()
+                ),
+            });
+        }
+        self.packed = Some(packed);
+        Ok(self)
     }
 
     /// The bytes of row `r`.
@@ -95,31 +119,34 @@ pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads
                 quantize(xr, qr);
             }
         });
-        match path.tiles {
-            Some(tiles) => {
-                let nb = w.cols / 32;
-                q8_row_terms(w.ty, &s.xq, &mut s.xd, &mut s.xds);
-                let (q, d, ds) = (&s.xq, &s.xd, &s.xds);
-                let xrow = |t: usize| Q8Row {
-                    q: &q[t * act_rb..(t + 1) * act_rb],
-                    d: &d[t * nb..(t + 1) * nb],
-                    ds: &ds[t * nb..(t + 1) * nb],
-                };
-                for_row_blocks(w, n, out, threads, &mut s.by_row, |r0, dst| {
+        if w.packed.is_some() || path.tiles.is_some() {
+            let nb = w.cols / 32;
+            q8_row_terms(w.ty, &s.xq, &mut s.xd, &mut s.xds);
+            let (q, d, ds) = (&s.xq, &s.xd, &s.xds);
+            let xrow = |t: usize| Q8Row {
+                q: &q[t * act_rb..(t + 1) * act_rb],
+                d: &d[t * nb..(t + 1) * nb],
+                ds: &ds[t * nb..(t + 1) * nb],
+            };
+            if let Some(packed) = w.packed {
+                for_row_blocks(w, n, out, threads, &mut s.by_row, 8, |r0, dst| {
+                    x8_rows(packed, nb, r0, n, dst, k.q4_0x8, &xrow)
+                });
+            } else if let Some(tiles) = path.tiles {
+                for_row_blocks(w, n, out, threads, &mut s.by_row, 4, |r0, dst| {
                     tiled_rows(w, r0, n, dst, tiles, path.dot, &xrow)
                 });
             }
-            None => {
-                let xq = &s.xq;
-                for_row_blocks(w, n, out, threads, &mut s.by_row, |r0, dst| {
-                    for (i, dr) in dst.chunks_exact_mut(n).enumerate() {
-                        let row = w.row(r0 + i);
-                        for (t, d) in dr.iter_mut().enumerate() {
-                            *d = (path.dot)(row, &xq[t * act_rb..(t + 1) * act_rb]);
-                        }
+        } else {
+            let xq = &s.xq;
+            for_row_blocks(w, n, out, threads, &mut s.by_row, 1, |r0, dst| {
+                for (i, dr) in dst.chunks_exact_mut(n).enumerate() {
+                    let row = w.row(r0 + i);
+                    for (t, d) in dr.iter_mut().enumerate() {
+                        *d = (path.dot)(row, &xq[t * act_rb..(t + 1) * act_rb]);
                     }
-                });
-            }
+                }
+            });
         }
         SCRATCH.with(|c| *c.borrow_mut() = s);
         return Ok(());
@@ -127,7 +154,7 @@ pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads
     if w.ty == GgmlType::F16 {
         let dot = k.f16_dot;
         let mut by_row = SCRATCH.with(|s| std::mem::take(&mut s.borrow_mut().by_row));
-        for_row_blocks(w, n, out, threads, &mut by_row, |r0, dst| {
+        for_row_blocks(w, n, out, threads, &mut by_row, 1, |r0, dst| {
             for (i, dr) in dst.chunks_exact_mut(n).enumerate() {
                 let row = w.row(r0 + i);
                 for (t, d) in dr.iter_mut().enumerate() {
@@ -139,6 +166,44 @@ pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads
         return Ok(());
     }
     matmul_reference(w, x, out, threads)
+}
+
+/// Products of the eight-row groups of `packed` (rows `r0..`, `r0` a
+/// multiple of 8) with all `n` activation rows into `dst` (`[rows, n]`).
+fn x8_rows<'x>(
+    packed: &[u8],
+    nb: usize,
+    r0: usize,
+    n: usize,
+    dst: &mut [f32],
+    (gemv, gemm): (X8Gemv, X8Gemm),
+    xrow: &impl Fn(usize) -> Q8Row<'x>,
+) {
+    let group_bytes = nb * X8_UNIT;
+    let rows = dst.len() / n;
+    for t0 in (0..n).step_by(TOKEN_BLOCK) {
+        let t1 = (t0 + TOKEN_BLOCK).min(n);
+        for i in (0..rows).step_by(8) {
+            let g = (r0 + i) / 8;
+            let group = &packed[g * group_bytes..(g + 1) * group_bytes];
+            let mut t = t0;
+            while t + X8_N <= t1 {
+                let v = gemm(group, std::array::from_fn(|j| xrow(t + j)));
+                for (j, vj) in v.iter().enumerate() {
+                    for (r, &x) in vj.iter().enumerate() {
+                        dst[(i + r) * n + t + j] = x;
+                    }
+                }
+                t += X8_N;
+            }
+            for t in t..t1 {
+                let [v] = gemv(group, [xrow(t)]);
+                for (r, &x) in v.iter().enumerate() {
+                    dst[(i + r) * n + t] = x;
+                }
+            }
+        }
+    }
 }
 
 /// Products of weight rows `r0..r0 + dst.len() / n` with all `n` activation
@@ -193,7 +258,7 @@ pub fn matmul_reference(
 ) -> Result<()> {
     let n = check_shapes(w, x, out)?;
     let mut by_row = SCRATCH.with(|s| std::mem::take(&mut s.borrow_mut().by_row));
-    for_row_blocks(w, n, out, threads, &mut by_row, |r0, dst| {
+    for_row_blocks(w, n, out, threads, &mut by_row, 1, |r0, dst| {
         SCRATCH.with(|s| {
             let row = &mut s.borrow_mut().row;
             row.resize(w.cols, 0.0);
@@ -231,24 +296,27 @@ fn check_shapes(w: &WeightMatrix<'_>, x: &[f32], out: &[f32]) -> Result<usize> {
 }
 
 /// Runs `f(first_row, results)` over blocks of weight rows split across
-/// threads (in multiples of four rows), where `results` is `[block rows, n]`,
-/// and lays the results out as `out`'s `[n, rows]` (`by_row` is the scratch).
+/// threads in multiples of `unit` rows (so which kernel computes a row never
+/// depends on the batch or thread count), where `results` is
+/// `[block rows, n]`, and lays the results out as `out`'s `[n, rows]`
+/// (`by_row` is the scratch).
 fn for_row_blocks(
     w: &WeightMatrix<'_>,
     n: usize,
     out: &mut [f32],
     threads: Threads,
     by_row: &mut Vec<f32>,
+    unit: usize,
     f: impl Fn(usize, &mut [f32]) + Sync,
 ) {
     if n == 1 {
         // Decode: `[rows, 1]` is `[1, rows]`, no transpose needed.
-        par_chunks(out, 4, threads, |i0, piece| f(4 * i0, piece));
+        par_chunks(out, unit, threads, |i0, piece| f(unit * i0, piece));
         return;
     }
     by_row.clear();
     by_row.resize(w.rows * n, 0.0);
-    par_chunks(by_row, 4 * n, threads, |i0, piece| f(4 * i0, piece));
+    par_chunks(by_row, unit * n, threads, |i0, piece| f(unit * i0, piece));
     // Transpose to `[n, rows]`, each thread writing whole output rows.
     let by_row = &*by_row;
     par_chunks(out, w.rows, threads, |t0, piece| {
@@ -338,6 +406,40 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn packed_q4_0_matches_the_row_layout() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(8);
+        for (rows, cols) in [(8, 32), (24, 96), (64, 320)] {
+            let rb = 18 * cols / 32;
+            let mut wq = vec![0u8; rb * rows];
+            for r in wq.chunks_exact_mut(rb) {
+                let src: Vec<f32> = (0..cols).map(|_| rng.gen_range(-1.0..1.0)).collect();
+                quantize_row(GgmlType::Q4_0, &src, r).unwrap();
+            }
+            let packed = crate::quant::repack::repack_q4_0x8(&wq, rows, cols).unwrap();
+            let plain = WeightMatrix::new(GgmlType::Q4_0, rows, cols, &wq).unwrap();
+            let fast = plain.with_packed(&packed).unwrap();
+            for n in [1, 3, 4, 9, 70] {
+                let x: Vec<f32> = (0..n * cols).map(|_| rng.gen_range(-1.0..1.0)).collect();
+                let (mut a, mut b) = (vec![0.0; n * rows], vec![0.0; n * rows]);
+                for threads in [1, 3] {
+                    let th = Threads::new(threads).unwrap();
+                    matmul(&plain, &x, &mut a, th).unwrap();
+                    matmul(&fast, &x, &mut b, th).unwrap();
+                    for (p, q) in a.iter().zip(&b) {
+                        assert!(
+                            (p - q).abs() <= 1e-4 * p.abs().max(1.0),
+                            "{rows}x{cols} n={n}: {p} vs {q}"
+                        );
+                    }
+                }
+            }
+        }
+        let wq = vec![0u8; 18 * 4];
+        let w = WeightMatrix::new(GgmlType::Q4_0, 4, 32, &wq).unwrap();
+        assert!(w.with_packed(&wq).is_err(), "4 rows cannot be packed by 8");
     }
 
     #[test]

@@ -219,6 +219,25 @@ impl Model {
             config.rope_freq_factors.as_deref(),
         );
         let norm = vec_f32(naming.global("norm"), dim)?;
+        // Interleaved copies for the fast kernels; HASTEN_REPACK=0 keeps the
+        // file layout (for comparisons).
+        let mut output = output;
+        if std::env::var("HASTEN_REPACK").map_or(true, |v| v != "0") {
+            output.pack();
+            for l in &mut layers {
+                for t in [
+                    &mut l.wq,
+                    &mut l.wk,
+                    &mut l.wv,
+                    &mut l.wo,
+                    &mut l.w_gate,
+                    &mut l.w_up,
+                    &mut l.w_down,
+                ] {
+                    t.pack();
+                }
+            }
+        }
         Ok(Model {
             config,
             embed,

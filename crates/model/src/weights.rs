@@ -16,6 +16,8 @@ pub struct Tensor {
     bytes: Bytes,
     start: usize,
     len: usize,
+    /// A copy in a layout the matmul kernels read faster (see [`Tensor::pack`]).
+    packed: Option<std::sync::Arc<Vec<u8>>>,
 }
 
 impl Tensor {
@@ -36,6 +38,18 @@ impl Tensor {
             bytes,
             start,
             len,
+            packed: None,
+        }
+    }
+
+    /// Makes an interleaved copy of a Q4_0 matrix for the eight-row kernels
+    /// (same size as the weights; the mapped file is then no longer read).
+    /// Other types and shapes stay as they are.
+    pub fn pack(&mut self) {
+        if self.ty == GgmlType::Q4_0 && self.dims.len() == 2 {
+            let (rows, cols) = (self.dims[1], self.dims[0]);
+            self.packed = hasten_kernels::quant::repack::repack_q4_0x8(self.data(), rows, cols)
+                .map(std::sync::Arc::new);
         }
     }
 
@@ -50,7 +64,11 @@ impl Tensor {
     /// Views a 2-D tensor as `[rows = dims[1], cols = dims[0]]`.
     pub fn matrix(&self) -> Result<WeightMatrix<'_>> {
         let rows = self.dims.get(1).copied().unwrap_or(1);
-        Ok(WeightMatrix::new(self.ty, rows, self.dims[0], self.data())?)
+        let m = WeightMatrix::new(self.ty, rows, self.dims[0], self.data())?;
+        Ok(match &self.packed {
+            Some(p) => m.with_packed(p)?,
+            None => m,
+        })
     }
 
     /// Dequantizes the whole tensor (norm weights, biases: small vectors).

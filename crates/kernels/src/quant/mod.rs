@@ -8,6 +8,7 @@
 pub mod dot;
 pub(crate) mod kquants;
 pub(crate) mod legacy;
+pub mod repack;
 
 use crate::{Error, Result};
 use half::{bf16, f16};

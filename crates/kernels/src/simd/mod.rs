@@ -4,3 +4,4 @@
 //! which hands it out only when the CPU supports its instructions.
 
 pub mod avx2;
+pub mod avx2_x8;
