@@ -171,11 +171,9 @@ fn main() {
         p.extend(tokens(16, suffix_seed));
         let t0 = Instant::now();
         let mut s = e.submit(e.validate(spec(p, 1)).unwrap()).unwrap();
-        loop {
-            match s.blocking_recv() {
-                Some(Event::Token(t)) => return (t.at.duration_since(t0), s),
-                Some(_) | None => panic!("no token"),
-            }
+        match s.blocking_recv() {
+            Some(Event::Token(t)) => (t.at.duration_since(t0), s),
+            _ => panic!("no token"),
         }
     };
     let (cold, s) = ttft(1);

@@ -47,7 +47,10 @@ impl<'a> WeightMatrix<'a> {
     /// Attaches the eight-row interleaved copy of Q4_0 weights made by
     /// [`crate::quant::repack::repack_q4_0x8`].
     pub fn with_packed(mut self, packed: &'a [u8]) -> Result<Self> {
-        if self.ty != GgmlType::Q4_0 || self.rows % 8 != 0 || packed.len() != self.data.len() {
+        if self.ty != GgmlType::Q4_0
+            || !self.rows.is_multiple_of(8)
+            || packed.len() != self.data.len()
+        {
             return Err(Error::Shape {
                 op: "matmul",
                 detail: format!(

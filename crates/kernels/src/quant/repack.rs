@@ -23,7 +23,11 @@ pub const X8_UNIT: usize = 16 + 128;
 /// and `data` holds exactly the rows (`cols` a multiple of 32).
 pub fn repack_q4_0x8(data: &[u8], rows: usize, cols: usize) -> Option<Vec<u8>> {
     let nb = cols / 32;
-    if rows % 8 != 0 || cols % 32 != 0 || data.len() != rows * nb * 18 || rows == 0 {
+    if !rows.is_multiple_of(8)
+        || !cols.is_multiple_of(32)
+        || data.len() != rows * nb * 18
+        || rows == 0
+    {
         return None;
     }
     let row_bytes = nb * 18;
