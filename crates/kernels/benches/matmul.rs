@@ -48,11 +48,9 @@ fn bench(c: &mut Criterion) {
                 });
             }
             group.finish();
-            if let Some(packed) = hasten_kernels::quant::repack::repack_q4_0x8(&wq, rows, cols)
-                .filter(|_| ty == GgmlType::Q4_0)
-            {
+            if let Some(packed) = hasten_kernels::quant::repack::repack_x8(ty, &wq, rows, cols) {
                 let w = w.with_packed(&packed).unwrap();
-                let mut group = c.benchmark_group(format!("matmul/{shape}/Q4_0x8"));
+                let mut group = c.benchmark_group(format!("matmul/{shape}/{}x8", ty.name()));
                 group.throughput(Throughput::Bytes(wq.len() as u64));
                 for n in [1usize, 8, 64] {
                     if rows * cols > 4_000_000 && n == 64 {

@@ -110,12 +110,20 @@ pub type X8Gemv = fn(group: &[u8], x: [Q8Row<'_>; 1]) -> [[f32; 8]; 1];
 /// The same against [`X8_N`] activation rows.
 pub type X8Gemm = fn(group: &[u8], x: [Q8Row<'_>; X8_N]) -> [[f32; 8]; X8_N];
 
-fn x8_gemv_ref(group: &[u8], x: [Q8Row<'_>; 1]) -> [[f32; 8]; 1] {
+fn q4_0x8_gemv_ref(group: &[u8], x: [Q8Row<'_>; 1]) -> [[f32; 8]; 1] {
     [crate::quant::repack::dot_q4_0x8(group, x[0])]
 }
 
-fn x8_gemm_ref(group: &[u8], x: [Q8Row<'_>; X8_N]) -> [[f32; 8]; X8_N] {
+fn q4_0x8_gemm_ref(group: &[u8], x: [Q8Row<'_>; X8_N]) -> [[f32; 8]; X8_N] {
     x.map(|r| crate::quant::repack::dot_q4_0x8(group, r))
+}
+
+fn q8_0x8_gemv_ref(group: &[u8], x: [Q8Row<'_>; 1]) -> [[f32; 8]; 1] {
+    [crate::quant::repack::dot_q8_0x8(group, x[0])]
+}
+
+fn q8_0x8_gemm_ref(group: &[u8], x: [Q8Row<'_>; X8_N]) -> [[f32; 8]; X8_N] {
+    x.map(|r| crate::quant::repack::dot_q8_0x8(group, r))
 }
 
 /// Fills the per-block `d` and `ds` of [`Q8Row`] for Q8_0 blocks `q`, for
@@ -162,8 +170,9 @@ pub struct Kernels {
     pub q5_0: QuantPath,
     pub q4_k: QuantPath,
     pub q6_k: QuantPath,
-    /// Q4_0 repacked in eight-row groups.
+    /// Q4_0 and Q8_0 repacked in eight-row groups.
     pub q4_0x8: (X8Gemv, X8Gemm),
+    pub q8_0x8: (X8Gemv, X8Gemm),
     pub f16_dot: F16Dot,
     /// Query · one f16 K row (attention scores).
     pub kv_dot: fn(&[f32], &[half::f16]) -> f32,
@@ -179,6 +188,15 @@ impl QuantPath {
 }
 
 impl Kernels {
+    /// The eight-row interleaved kernels for a weight type, if it has them.
+    pub fn x8_path(&self, ty: GgmlType) -> Option<(X8Gemv, X8Gemm)> {
+        match ty {
+            GgmlType::Q4_0 => Some(self.q4_0x8),
+            GgmlType::Q8_0 => Some(self.q8_0x8),
+            _ => None,
+        }
+    }
+
     /// The integer path for a weight type, if it has one.
     pub fn quant_path(&self, ty: GgmlType) -> Option<QuantPath> {
         match ty {
@@ -215,7 +233,8 @@ impl Kernels {
             q5_0: q80(r::quantize_q8_0_act, r::dot_q5_0_q8_0),
             q4_k: q8k(r::quantize_q8_k_act, r::dot_q4_k_q8_k),
             q6_k: q8k(r::quantize_q8_k_act, r::dot_q6_k_q8_k),
-            q4_0x8: (x8_gemv_ref, x8_gemm_ref),
+            q4_0x8: (q4_0x8_gemv_ref, q4_0x8_gemm_ref),
+            q8_0x8: (q8_0x8_gemv_ref, q8_0x8_gemm_ref),
             f16_dot: r::dot_f16_f32,
             kv_dot: r::dot_f32_f16,
             kv_axpy: r::axpy_f16,
@@ -243,6 +262,10 @@ impl Kernels {
                 q4_0x8: (
                     crate::simd::avx2_x8::gemv_q4_0x8,
                     crate::simd::avx2_x8::gemm_q4_0x8,
+                ),
+                q8_0x8: (
+                    crate::simd::avx2_x8::gemv_q8_0x8,
+                    crate::simd::avx2_x8::gemm_q8_0x8,
                 ),
                 f16_dot: avx2::dot_f16_f32,
                 kv_dot: avx2::dot_f32_f16,

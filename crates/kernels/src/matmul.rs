@@ -5,7 +5,7 @@
 //! Work is split across threads by weight rows.
 
 use crate::cpu::{kernels, q8_row_terms, Q8Row, Tile1, TileN, X8Gemm, X8Gemv, TILE_N, X8_N};
-use crate::quant::repack::X8_UNIT;
+use crate::quant::repack::x8_unit;
 use crate::quant::{dequantize_row, GgmlType};
 use crate::threads::{par_chunks, Threads};
 use crate::{Error, Result};
@@ -18,7 +18,7 @@ pub struct WeightMatrix<'a> {
     pub rows: usize,
     pub cols: usize,
     pub data: &'a [u8],
-    /// The same Q4_0 weights interleaved in eight-row groups
+    /// The same Q4_0/Q8_0 weights interleaved in eight-row groups
     /// ([`crate::quant::repack`]), used instead of `data` when present.
     pub packed: Option<&'a [u8]>,
 }
@@ -44,17 +44,15 @@ impl<'a> WeightMatrix<'a> {
         })
     }
 
-    /// Attaches the eight-row interleaved copy of Q4_0 weights made by
-    /// [`crate::quant::repack::repack_q4_0x8`].
+    /// Attaches the eight-row interleaved copy of Q4_0 or Q8_0 weights made
+    /// by [`crate::quant::repack::repack_x8`].
     pub fn with_packed(mut self, packed: &'a [u8]) -> Result<Self> {
-        if self.ty != GgmlType::Q4_0
-            || !self.rows.is_multiple_of(8)
-            || packed.len() != self.data.len()
-        {
+        let unit = x8_unit(self.ty).unwrap_or(0);
+        if unit == 0 || !self.rows.is_multiple_of(8) || packed.len() != self.data.len() {
             return Err(Error::Shape {
                 op: "matmul",
                 detail: format!(
-                    "a packed copy needs Q4_0 rows in multiples of 8 and {} bytes, got {} rows of {} and {} bytes",
+                    "a packed copy needs Q4_0/Q8_0 rows in multiples of 8 and {} bytes, got {} rows of {} and {} bytes",
                     self.data.len(),
                     self.rows,
                     self.ty.name(),
@@ -131,9 +129,11 @@ pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads
                 d: &d[t * nb..(t + 1) * nb],
                 ds: &ds[t * nb..(t + 1) * nb],
             };
-            if let Some(packed) = w.packed {
+            if let (Some(packed), Some(kx8), Some(unit)) =
+                (w.packed, k.x8_path(w.ty), x8_unit(w.ty))
+            {
                 for_row_blocks(w, n, out, threads, &mut s.by_row, 8, |r0, dst| {
-                    x8_rows(packed, nb, r0, n, dst, k.q4_0x8, &xrow)
+                    x8_rows(packed, nb * unit, r0, n, dst, kx8, &xrow)
                 });
             } else if let Some(tiles) = path.tiles {
                 for_row_blocks(w, n, out, threads, &mut s.by_row, 4, |r0, dst| {
@@ -171,18 +171,18 @@ pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads
     matmul_reference(w, x, out, threads)
 }
 
-/// Products of the eight-row groups of `packed` (rows `r0..`, `r0` a
-/// multiple of 8) with all `n` activation rows into `dst` (`[rows, n]`).
+/// Products of the eight-row groups of `packed` (`group_bytes` each; rows
+/// `r0..`, `r0` a multiple of 8) with all `n` activation rows into `dst`
+/// (`[rows, n]`).
 fn x8_rows<'x>(
     packed: &[u8],
-    nb: usize,
+    group_bytes: usize,
     r0: usize,
     n: usize,
     dst: &mut [f32],
     (gemv, gemm): (X8Gemv, X8Gemm),
     xrow: &impl Fn(usize) -> Q8Row<'x>,
 ) {
-    let group_bytes = nb * X8_UNIT;
     let rows = dst.len() / n;
     for t0 in (0..n).step_by(TOKEN_BLOCK) {
         let t1 = (t0 + TOKEN_BLOCK).min(n);
@@ -412,17 +412,23 @@ mod tests {
     }
 
     #[test]
-    fn packed_q4_0_matches_the_row_layout() {
+    fn packed_weights_match_the_row_layout() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(8);
-        for (rows, cols) in [(8, 32), (24, 96), (64, 320)] {
-            let rb = 18 * cols / 32;
+        for (ty, rows, cols) in [
+            (GgmlType::Q4_0, 8, 32),
+            (GgmlType::Q4_0, 24, 96),
+            (GgmlType::Q4_0, 64, 320),
+            (GgmlType::Q8_0, 16, 64),
+            (GgmlType::Q8_0, 40, 160),
+        ] {
+            let rb = ty.row_bytes(cols).unwrap();
             let mut wq = vec![0u8; rb * rows];
             for r in wq.chunks_exact_mut(rb) {
                 let src: Vec<f32> = (0..cols).map(|_| rng.gen_range(-1.0..1.0)).collect();
-                quantize_row(GgmlType::Q4_0, &src, r).unwrap();
+                quantize_row(ty, &src, r).unwrap();
             }
-            let packed = crate::quant::repack::repack_q4_0x8(&wq, rows, cols).unwrap();
-            let plain = WeightMatrix::new(GgmlType::Q4_0, rows, cols, &wq).unwrap();
+            let packed = crate::quant::repack::repack_x8(ty, &wq, rows, cols).unwrap();
+            let plain = WeightMatrix::new(ty, rows, cols, &wq).unwrap();
             let fast = plain.with_packed(&packed).unwrap();
             for n in [1, 3, 4, 9, 70] {
                 let x: Vec<f32> = (0..n * cols).map(|_| rng.gen_range(-1.0..1.0)).collect();

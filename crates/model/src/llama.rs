@@ -224,19 +224,22 @@ impl Model {
         let mut output = output;
         if std::env::var("HASTEN_REPACK").map_or(true, |v| v != "0") {
             output.pack();
-            for l in &mut layers {
-                for t in [
-                    &mut l.wq,
-                    &mut l.wk,
-                    &mut l.wv,
-                    &mut l.wo,
-                    &mut l.w_gate,
-                    &mut l.w_up,
-                    &mut l.w_down,
-                ] {
-                    t.pack();
+            // Repacking reads every weight once: spread the layers over the cores.
+            hasten_kernels::threads::par_chunks(&mut layers, 1, Threads::available(), |_, ls| {
+                for l in ls {
+                    for t in [
+                        &mut l.wq,
+                        &mut l.wk,
+                        &mut l.wv,
+                        &mut l.wo,
+                        &mut l.w_gate,
+                        &mut l.w_up,
+                        &mut l.w_down,
+                    ] {
+                        t.pack();
+                    }
                 }
-            }
+            });
         }
         Ok(Model {
             config,

@@ -42,14 +42,15 @@ impl Tensor {
         }
     }
 
-    /// Makes an interleaved copy of a Q4_0 matrix for the eight-row kernels
+    /// Makes an interleaved copy of a Q4_0 or Q8_0 matrix for the eight-row kernels
     /// (same size as the weights; the mapped file is then no longer read).
     /// Other types and shapes stay as they are.
     pub fn pack(&mut self) {
-        if self.ty == GgmlType::Q4_0 && self.dims.len() == 2 {
+        if self.dims.len() == 2 {
             let (rows, cols) = (self.dims[1], self.dims[0]);
-            self.packed = hasten_kernels::quant::repack::repack_q4_0x8(self.data(), rows, cols)
-                .map(std::sync::Arc::new);
+            self.packed =
+                hasten_kernels::quant::repack::repack_x8(self.ty, self.data(), rows, cols)
+                    .map(std::sync::Arc::new);
         }
     }
 

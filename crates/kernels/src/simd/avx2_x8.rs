@@ -1,10 +1,10 @@
-//! AVX2 kernels over the eight-row interleaved Q4_0 layout of
+//! AVX2 kernels over the eight-row interleaved Q4_0 and Q8_0 layouts of
 //! [`crate::quant::repack`]: each block column of a group yields the integer
 //! sums of eight rows in the eight lanes of one register, so the float
 //! work (convert, scale, accumulate) is done once per eight rows instead of
-//! once per row, and the `maddubs` results of a whole block are summed in
-//! 16 bits before the one widening `madd` (16 products of 4-bit by 8-bit
-//! values stay below 2^15).
+//! once per row. For Q4_0 the `maddubs` results of a whole block are summed
+//! in 16 bits before the one widening `madd` (16 products of 4-bit by 8-bit
+//! values stay below 2^15); Q8_0 widens every chunk.
 //!
 //! Handed out by [`crate::cpu::Kernels::for_isa`] only after AVX2, FMA and
 //! F16C were detected: the safety condition of every function below.
@@ -12,61 +12,103 @@
 #![allow(unsafe_code)]
 
 use crate::cpu::{Q8Row, X8_N};
-use crate::quant::repack::X8_UNIT;
 use std::arch::x86_64::*;
 
+const Q4_UNIT: usize = 16 + 8 * 16;
+const Q8_UNIT: usize = 16 + 8 * 32;
+
+/// Q4_0: the unit's nibbles split into low (elements 0..16) and high halves, once per block.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn prep_q4(u: *const u8) -> [__m256i; 8] {
+    let m4 = _mm256_set1_epi8(0x0f);
+    let mut w = [_mm256_setzero_si256(); 8];
+    for k in 0..4 {
+        // SAFETY: a Q4_0 unit holds 128 quant bytes after its 16 scale bytes.
+        let v = unsafe { _mm256_loadu_si256(u.add(16 + 32 * k) as *const __m256i) };
+        w[k] = _mm256_and_si256(v, m4);
+        w[4 + k] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    }
+    w
+}
+
+/// Four quant bytes at `q` broadcast to the eight row slots.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn bcast4(q: *const u8) -> __m256i {
+    // SAFETY: callers pass a pointer to 4 readable bytes of an activation block.
+    _mm256_set1_epi32(unsafe { (q as *const i32).read_unaligned() })
+}
+
+/// Q4_0: the eight rows' integer sums for one activation block's quants `q`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn sums_q4(w: &[__m256i; 8], _u: *const u8, q: *const u8) -> __m256i {
+    let mut s16 = _mm256_setzero_si256();
+    for k in 0..4 {
+        // SAFETY: `q` points at the block's 32 quant bytes.
+        let (xl, xh) = unsafe { (bcast4(q.add(4 * k)), bcast4(q.add(16 + 4 * k))) };
+        let p = _mm256_add_epi16(
+            _mm256_maddubs_epi16(w[k], xl),
+            _mm256_maddubs_epi16(w[4 + k], xh),
+        );
+        s16 = _mm256_add_epi16(s16, p);
+    }
+    _mm256_madd_epi16(s16, _mm256_set1_epi16(1))
+}
+
+/// Q8_0 needs nothing prepared: the signed bytes are read per token.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn prep_q8(_u: *const u8) {}
+
+/// Q8_0: the eight rows' integer sums (sign trick: |w| times x with w's signs).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn sums_q8(_w: &(), u: *const u8, q: *const u8) -> __m256i {
+    let ones = _mm256_set1_epi16(1);
+    let mut s32 = _mm256_setzero_si256();
+    for k in 0..8 {
+        // SAFETY: a Q8_0 unit holds 256 quant bytes after its scales; `q` 32 bytes.
+        let (w, x) = unsafe {
+            (
+                _mm256_loadu_si256(u.add(16 + 32 * k) as *const __m256i),
+                bcast4(q.add(4 * k)),
+            )
+        };
+        let p = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
+        s32 = _mm256_add_epi32(s32, _mm256_madd_epi16(p, ones));
+    }
+    s32
+}
+
 macro_rules! x8 {
-    ($name:ident, $impl_name:ident, $rn:expr) => {
+    ($name:ident, $impl_name:ident, $rn:expr, $unit:expr, $prep:ident, $sums:ident) => {
         /// One eight-row group times activation rows (see the module docs).
         pub fn $name(group: &[u8], x: [Q8Row<'_>; $rn]) -> [[f32; 8]; $rn] {
-            let nb = x.iter().fold(group.len() / X8_UNIT, |m, r| {
+            let nb = x.iter().fold(group.len() / $unit, |m, r| {
                 m.min(r.q.len() / 34).min(r.d.len()).min(r.ds.len())
             });
             // SAFETY: features detected by the kernel table; every slice holds `nb` whole blocks.
-            unsafe { $impl_name(&group[..nb * X8_UNIT], x, nb) }
+            unsafe { $impl_name(&group[..nb * $unit], x, nb) }
         }
 
         #[target_feature(enable = "avx2,fma,f16c")]
         unsafe fn $impl_name(group: &[u8], x: [Q8Row<'_>; $rn], nb: usize) -> [[f32; 8]; $rn] {
-            let m4 = _mm256_set1_epi8(0x0f);
-            let ones = _mm256_set1_epi16(1);
             let mut acc = [_mm256_setzero_ps(); $rn];
             for b in 0..nb {
                 // SAFETY: unit `b < nb` lies inside `group` (checked by the caller).
-                let u = unsafe { group.as_ptr().add(b * X8_UNIT) };
-                // SAFETY: a unit starts with 8 f16 scales (16 bytes), then 128 quant bytes.
+                let u = unsafe { group.as_ptr().add(b * $unit) };
+                // SAFETY: a unit starts with the 8 rows' f16 scales (16 bytes).
                 let dw = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(u as *const __m128i) });
-                let mut lo = [_mm256_setzero_si256(); 4];
-                let mut hi = [_mm256_setzero_si256(); 4];
-                for k in 0..4 {
-                    // SAFETY: as above.
-                    let v = unsafe { _mm256_loadu_si256(u.add(16 + 32 * k) as *const __m256i) };
-                    lo[k] = _mm256_and_si256(v, m4);
-                    hi[k] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-                }
+                let w = $prep(u);
                 for j in 0..$rn {
                     // SAFETY: block `b < nb` of each activation row exists.
                     let q = unsafe { x[j].q.as_ptr().add(34 * b + 2) };
-                    let mut s16 = _mm256_setzero_si256();
-                    for k in 0..4 {
-                        // SAFETY: the block's 32 quant bytes start at `q`.
-                        let (xl, xh) = unsafe {
-                            (
-                                _mm256_set1_epi32((q.add(4 * k) as *const i32).read_unaligned()),
-                                _mm256_set1_epi32(
-                                    (q.add(16 + 4 * k) as *const i32).read_unaligned(),
-                                ),
-                            )
-                        };
-                        let p = _mm256_add_epi16(
-                            _mm256_maddubs_epi16(lo[k], xl),
-                            _mm256_maddubs_epi16(hi[k], xh),
-                        );
-                        s16 = _mm256_add_epi16(s16, p);
-                    }
-                    let f = _mm256_cvtepi32_ps(_mm256_madd_epi16(s16, ones));
+                    let f = _mm256_cvtepi32_ps($sums(&w, u, q));
                     // SAFETY: `b < nb <= d.len(), ds.len()`.
                     let (dx, ds) = unsafe { (*x[j].d.get_unchecked(b), *x[j].ds.get_unchecked(b)) };
+                    // `ds` is spread over 8 lanes for the one-row tiles: the whole term is 8 * ds.
                     let v = _mm256_fmadd_ps(_mm256_set1_ps(dx), f, _mm256_set1_ps(8.0 * ds));
                     acc[j] = _mm256_fmadd_ps(dw, v, acc[j]);
                 }
@@ -81,5 +123,21 @@ macro_rules! x8 {
     };
 }
 
-x8!(gemv_q4_0x8, gemv_q4_0x8_impl, 1);
-x8!(gemm_q4_0x8, gemm_q4_0x8_impl, X8_N);
+x8!(gemv_q4_0x8, gemv_q4_0x8_impl, 1, Q4_UNIT, prep_q4, sums_q4);
+x8!(
+    gemm_q4_0x8,
+    gemm_q4_0x8_impl,
+    X8_N,
+    Q4_UNIT,
+    prep_q4,
+    sums_q4
+);
+x8!(gemv_q8_0x8, gemv_q8_0x8_impl, 1, Q8_UNIT, prep_q8, sums_q8);
+x8!(
+    gemm_q8_0x8,
+    gemm_q8_0x8_impl,
+    X8_N,
+    Q8_UNIT,
+    prep_q8,
+    sums_q8
+);
