@@ -64,8 +64,12 @@ llama_tps() { # model, test -> median tokens/s (llama-bench's own average over -
     | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["avg_ts"])'
 }
 
-echo "| shape | type | file MB | hasten tg128 | llama.cpp tg128 | ratio | hasten pp512 | llama.cpp pp512 | ratio |"
-echo "|---|---|---|---|---|---|---|---|---|"
+(cd "$root" && cargo build --release -q -p hasten-kernels --example membw)
+probe=$("$root/target/release/examples/membw" "$threads" 1024 | tail -n 1)
+echo "Read bandwidth probe ($threads threads, 1 GiB, best of 5): $probe GB/s"
+echo
+echo "| shape | type | file MB | hasten tg128 | llama.cpp tg128 | ratio | hasten pp512 | llama.cpp pp512 | ratio | hasten decode GB/s | % of probe |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
 for shape in $shapes; do
   for type in $types; do
     f=$work/$shape-$type.gguf
@@ -81,7 +85,11 @@ for shape in $shapes; do
     mb=$(( $(stat -c %s "$f") / 1000000 ))
     ht=$(hasten_tps "$f" tg); lt=$(llama_tps "$f" tg)
     hp=$(hasten_tps "$f" pp); lp=$(llama_tps "$f" pp)
-    printf '| %s | %s | %s | %.1f | %.1f | %.2f | %.1f | %.1f | %.2f |\n' "$shape" "$type" "$mb" \
-      "$ht" "$lt" "$(echo "$ht / $lt" | bc -l)" "$hp" "$lp" "$(echo "$hp / $lp" | bc -l)"
+    bytes=$("$hasten" run --model "$f" --random-prompt 4 -n 128 --ignore-eos -t "$threads" --json-stats 2>&1 >/dev/null \
+      | tail -n 1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["decode_bytes_per_token"])')
+    gbs=$(echo "$bytes * $ht / 1000000000" | bc -l)
+    printf '| %s | %s | %s | %.1f | %.1f | %.2f | %.1f | %.1f | %.2f | %.1f | %.0f%% |\n' "$shape" "$type" "$mb" \
+      "$ht" "$lt" "$(echo "$ht / $lt" | bc -l)" "$hp" "$lp" "$(echo "$hp / $lp" | bc -l)" \
+      "$gbs" "$(echo "100 * $gbs / $probe" | bc -l)"
   done
 done

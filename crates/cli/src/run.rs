@@ -172,7 +172,14 @@ pub fn main(a: Args) -> Result<()> {
         threads.get()
     );
     if a.json_stats {
+        // Bytes a decode step reads: every weight matrix once (the packed copy
+        // replaces the file's bytes, same size) plus K and V of the average
+        // context during decode.
+        let avg_ctx = prompt.len() + generated / 2;
+        let decode_bytes = lm.model.weight_bytes() + avg_ctx * lm.model.config.kv_bytes_per_token();
         let stats = serde_json::json!({
+            "decode_bytes_per_token": decode_bytes,
+            "decode_gb_per_s": decode_bytes as f64 * decode_tps / 1e9,
             "load_ms": load_ms, "prompt_tokens": prompt.len(), "ttft_ms": ttft_ms,
             "prefill_tokens_per_s": prefill_tps, "generated_tokens": generated,
             "decode_tokens_per_s": decode_tps, "threads": threads.get(), "finish_reason": finish,
