@@ -110,6 +110,19 @@ pub type X8Gemv = fn(group: &[u8], x: [Q8Row<'_>; 1]) -> [[f32; 8]; 1];
 /// The same against [`X8_N`] activation rows.
 pub type X8Gemm = fn(group: &[u8], x: [Q8Row<'_>; X8_N]) -> [[f32; 8]; X8_N];
 
+/// One eight-row Q4_K group against one Q8_K activation row.
+pub type K8Gemv = fn(group: &[u8], x: [&[u8]; 1]) -> [[f32; 8]; 1];
+/// The same against [`X8_N`] Q8_K activation rows.
+pub type K8Gemm = fn(group: &[u8], x: [&[u8]; X8_N]) -> [[f32; 8]; X8_N];
+
+fn q4_kx8_gemv_ref(group: &[u8], x: [&[u8]; 1]) -> [[f32; 8]; 1] {
+    [crate::quant::repack::dot_q4_kx8(group, x[0])]
+}
+
+fn q4_kx8_gemm_ref(group: &[u8], x: [&[u8]; X8_N]) -> [[f32; 8]; X8_N] {
+    x.map(|r| crate::quant::repack::dot_q4_kx8(group, r))
+}
+
 fn q4_0x8_gemv_ref(group: &[u8], x: [Q8Row<'_>; 1]) -> [[f32; 8]; 1] {
     [crate::quant::repack::dot_q4_0x8(group, x[0])]
 }
@@ -173,6 +186,8 @@ pub struct Kernels {
     /// Q4_0 and Q8_0 repacked in eight-row groups.
     pub q4_0x8: (X8Gemv, X8Gemm),
     pub q8_0x8: (X8Gemv, X8Gemm),
+    /// Q4_K repacked in eight-row groups (Q8_K activations).
+    pub q4_kx8: (K8Gemv, K8Gemm),
     pub f16_dot: F16Dot,
     /// Query · one f16 K row (attention scores).
     pub kv_dot: fn(&[f32], &[half::f16]) -> f32,
@@ -235,6 +250,7 @@ impl Kernels {
             q6_k: q8k(r::quantize_q8_k_act, r::dot_q6_k_q8_k),
             q4_0x8: (q4_0x8_gemv_ref, q4_0x8_gemm_ref),
             q8_0x8: (q8_0x8_gemv_ref, q8_0x8_gemm_ref),
+            q4_kx8: (q4_kx8_gemv_ref, q4_kx8_gemm_ref),
             f16_dot: r::dot_f16_f32,
             kv_dot: r::dot_f32_f16,
             kv_axpy: r::axpy_f16,
@@ -266,6 +282,10 @@ impl Kernels {
                 q8_0x8: (
                     crate::simd::avx2_x8::gemv_q8_0x8,
                     crate::simd::avx2_x8::gemm_q8_0x8,
+                ),
+                q4_kx8: (
+                    crate::simd::avx2_x8::gemv_q4_kx8,
+                    crate::simd::avx2_x8::gemm_q4_kx8,
                 ),
                 f16_dot: avx2::dot_f16_f32,
                 kv_dot: avx2::dot_f32_f16,

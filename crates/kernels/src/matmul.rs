@@ -4,8 +4,8 @@
 //! every activation row, so one pass over the weights serves the whole batch.
 //! Work is split across threads by weight rows.
 
-use crate::cpu::{kernels, q8_row_terms, Q8Row, Tile1, TileN, X8Gemm, X8Gemv, TILE_N, X8_N};
-use crate::quant::repack::x8_unit;
+use crate::cpu::{kernels, q8_row_terms, Q8Row, Tile1, TileN, TILE_N, X8_N};
+use crate::quant::repack::{packed_bytes, x8_unit, Q4K_UNIT};
 use crate::quant::{dequantize_row, GgmlType};
 use crate::threads::{par_chunks, Threads};
 use crate::{Error, Result};
@@ -44,16 +44,16 @@ impl<'a> WeightMatrix<'a> {
         })
     }
 
-    /// Attaches the eight-row interleaved copy of Q4_0 or Q8_0 weights made
-    /// by [`crate::quant::repack::repack_x8`].
+    /// Attaches the eight-row interleaved copy of Q4_0, Q8_0 or Q4_K weights
+    /// made by [`crate::quant::repack::repack_x8`].
     pub fn with_packed(mut self, packed: &'a [u8]) -> Result<Self> {
-        let unit = x8_unit(self.ty).unwrap_or(0);
-        if unit == 0 || !self.rows.is_multiple_of(8) || packed.len() != self.data.len() {
+        let want = packed_bytes(self.ty, self.rows, self.cols);
+        if want.is_none() || !self.rows.is_multiple_of(8) || Some(packed.len()) != want {
             return Err(Error::Shape {
                 op: "matmul",
                 detail: format!(
-                    "a packed copy needs Q4_0/Q8_0 rows in multiples of 8 and {} bytes, got {} rows of {} and {} bytes",
-                    self.data.len(),
+                    "a packed copy needs Q4_0/Q8_0/Q4_K rows in multiples of 8 and {:?} bytes, got {} rows of {} and {} bytes",
+                    want,
                     self.rows,
                     self.ty.name(),
                     packed.len()
@@ -120,7 +120,17 @@ pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads
                 quantize(xr, qr);
             }
         });
-        if w.packed.is_some() || path.tiles.is_some() {
+        if let (GgmlType::Q4K, Some(packed)) = (w.ty, w.packed) {
+            let (gemv, gemm) = k.q4_kx8;
+            let xq = &s.xq;
+            let xrow = |t: usize| &xq[t * act_rb..(t + 1) * act_rb];
+            let one = |g: &[u8], t: usize| gemv(g, [xrow(t)])[0];
+            let many = |g: &[u8], t: usize| gemm(g, std::array::from_fn(|j| xrow(t + j)));
+            let group_bytes = w.cols / 256 * Q4K_UNIT;
+            for_row_blocks(w, n, out, threads, &mut s.by_row, 8, |r0, dst| {
+                x8_rows(packed, group_bytes, r0, n, dst, &one, &many)
+            });
+        } else if w.packed.is_some() || path.tiles.is_some() {
             let nb = w.cols / 32;
             q8_row_terms(w.ty, &s.xq, &mut s.xd, &mut s.xds);
             let (q, d, ds) = (&s.xq, &s.xd, &s.xds);
@@ -129,11 +139,13 @@ pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads
                 d: &d[t * nb..(t + 1) * nb],
                 ds: &ds[t * nb..(t + 1) * nb],
             };
-            if let (Some(packed), Some(kx8), Some(unit)) =
+            if let (Some(packed), Some((gemv, gemm)), Some(unit)) =
                 (w.packed, k.x8_path(w.ty), x8_unit(w.ty))
             {
+                let one = |g: &[u8], t: usize| gemv(g, [xrow(t)])[0];
+                let many = |g: &[u8], t: usize| gemm(g, std::array::from_fn(|j| xrow(t + j)));
                 for_row_blocks(w, n, out, threads, &mut s.by_row, 8, |r0, dst| {
-                    x8_rows(packed, nb * unit, r0, n, dst, kx8, &xrow)
+                    x8_rows(packed, nb * unit, r0, n, dst, &one, &many)
                 });
             } else if let Some(tiles) = path.tiles {
                 for_row_blocks(w, n, out, threads, &mut s.by_row, 4, |r0, dst| {
@@ -174,14 +186,14 @@ pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads
 /// Products of the eight-row groups of `packed` (`group_bytes` each; rows
 /// `r0..`, `r0` a multiple of 8) with all `n` activation rows into `dst`
 /// (`[rows, n]`).
-fn x8_rows<'x>(
+fn x8_rows(
     packed: &[u8],
     group_bytes: usize,
     r0: usize,
     n: usize,
     dst: &mut [f32],
-    (gemv, gemm): (X8Gemv, X8Gemm),
-    xrow: &impl Fn(usize) -> Q8Row<'x>,
+    gemv: &(dyn Fn(&[u8], usize) -> [f32; 8] + Sync),
+    gemm: &(dyn Fn(&[u8], usize) -> [[f32; 8]; X8_N] + Sync),
 ) {
     let rows = dst.len() / n;
     for t0 in (0..n).step_by(TOKEN_BLOCK) {
@@ -191,7 +203,7 @@ fn x8_rows<'x>(
             let group = &packed[g * group_bytes..(g + 1) * group_bytes];
             let mut t = t0;
             while t + X8_N <= t1 {
-                let v = gemm(group, std::array::from_fn(|j| xrow(t + j)));
+                let v = gemm(group, t);
                 for (j, vj) in v.iter().enumerate() {
                     for (r, &x) in vj.iter().enumerate() {
                         dst[(i + r) * n + t + j] = x;
@@ -200,7 +212,7 @@ fn x8_rows<'x>(
                 t += X8_N;
             }
             for t in t..t1 {
-                let [v] = gemv(group, [xrow(t)]);
+                let v = gemv(group, t);
                 for (r, &x) in v.iter().enumerate() {
                     dst[(i + r) * n + t] = x;
                 }
@@ -420,6 +432,7 @@ mod tests {
             (GgmlType::Q4_0, 64, 320),
             (GgmlType::Q8_0, 16, 64),
             (GgmlType::Q8_0, 40, 160),
+            (GgmlType::Q4K, 16, 512),
         ] {
             let rb = ty.row_bytes(cols).unwrap();
             let mut wq = vec![0u8; rb * rows];

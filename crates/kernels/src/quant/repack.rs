@@ -14,7 +14,14 @@
 //!   `4k + e` in its low nibble and element `16 + 4k + e` in its high one;
 //!   for Q8_0 it is element `4k + e`.
 //!
-//! The scalar reference here is what the SIMD tiers are tested against.
+//! Q4_K (256-element blocks) uses units of [`Q4K_UNIT`] bytes per block
+//! column: `d` and `dmin` of the 8 rows (f16, 16 bytes each), the decoded
+//! 6-bit sub-block scales `sc[j][r]` and minimums `m[j][r]` as bytes (64
+//! each), then for each 64-element chunk `c` and `k < 8` the quant bytes
+//! `32c + 4k .. 32c + 4k + 4` of each row (256 bytes per chunk): low nibbles
+//! are sub-block `2c`, high nibbles sub-block `2c + 1`.
+//!
+//! The scalar references here are what the SIMD tiers are tested against.
 
 use crate::cpu::Q8Row;
 use crate::quant::GgmlType;
@@ -32,6 +39,9 @@ pub fn x8_unit(ty: GgmlType) -> Option<usize> {
 /// has the layout, `rows % 8 == 0`, `cols % 32 == 0` and `data` holds
 /// exactly the rows.
 pub fn repack_x8(ty: GgmlType, data: &[u8], rows: usize, cols: usize) -> Option<Vec<u8>> {
+    if ty == GgmlType::Q4K {
+        return repack_q4_kx8(data, rows, cols);
+    }
     let unit = x8_unit(ty)?;
     let qbytes = (unit - 16) / 8;
     let block = qbytes + 2;
@@ -57,6 +67,83 @@ pub fn repack_x8(ty: GgmlType, data: &[u8], rows: usize, cols: usize) -> Option<
         }
     }
     Some(out)
+}
+
+/// Bytes of the packed form of a `rows x cols` matrix of `ty`, if it has one
+/// (the shape conditions are [`repack_x8`]'s).
+pub fn packed_bytes(ty: GgmlType, rows: usize, cols: usize) -> Option<usize> {
+    if ty == GgmlType::Q4K {
+        return Some(rows / 8 * cols / 256 * Q4K_UNIT);
+    }
+    Some(rows / 8 * cols / 32 * x8_unit(ty)?)
+}
+
+/// Bytes of one 256-column block of one eight-row Q4_K group.
+pub const Q4K_UNIT: usize = 32 + 128 + 1024;
+
+/// Repacks Q4_K rows into eight-row groups (see the module docs); `None`
+/// unless `rows % 8 == 0` and `data` holds exactly the rows.
+pub fn repack_q4_kx8(data: &[u8], rows: usize, cols: usize) -> Option<Vec<u8>> {
+    let nb = cols / 256;
+    if !rows.is_multiple_of(8)
+        || !cols.is_multiple_of(256)
+        || data.len() != rows * nb * 144
+        || rows == 0
+    {
+        return None;
+    }
+    let row_bytes = nb * 144;
+    let mut out = vec![0u8; rows / 8 * nb * Q4K_UNIT];
+    for (g, group) in out.chunks_exact_mut(nb * Q4K_UNIT).enumerate() {
+        for (b, u) in group.chunks_exact_mut(Q4K_UNIT).enumerate() {
+            for r in 0..8 {
+                let blk = &data[(8 * g + r) * row_bytes + 144 * b..][..144];
+                u[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
+                u[16 + 2 * r..18 + 2 * r].copy_from_slice(&blk[2..4]);
+                for j in 0..8 {
+                    let (sc, m) = super::kquants::scale_min_k4(j, &blk[4..16]);
+                    u[32 + 8 * j + r] = sc;
+                    u[96 + 8 * j + r] = m;
+                }
+                for c in 0..4 {
+                    for k in 0..8 {
+                        u[160 + 256 * c + 32 * k + 4 * r..][..4]
+                            .copy_from_slice(&blk[16 + 32 * c + 4 * k..][..4]);
+                    }
+                }
+            }
+        }
+    }
+    Some(out)
+}
+
+/// One eight-row Q4_K group times one Q8_K activation row.
+pub fn dot_q4_kx8(group: &[u8], x: &[u8]) -> [f32; 8] {
+    use super::dot::{q8k_parts, Q8_K_BYTES};
+    let mut acc = [0f32; 8];
+    for (u, bx) in group.chunks_exact(Q4K_UNIT).zip(x.chunks_exact(Q8_K_BYTES)) {
+        let (dx, q8, bsums) = q8k_parts(bx);
+        for (r, a) in acc.iter_mut().enumerate() {
+            let (mut total, mut mins) = (0i32, 0i32);
+            for j in 0..8 {
+                let (c, high) = (j / 2, j % 2 == 1);
+                let mut s = 0i32;
+                for k in 0..8 {
+                    for e in 0..4 {
+                        let byte = u[160 + 256 * c + 32 * k + 4 * r + e];
+                        let q = if high { byte >> 4 } else { byte & 0x0f };
+                        s += q as i32 * q8[32 * j + 4 * k + e] as i8 as i32;
+                    }
+                }
+                total += u[32 + 8 * j + r] as i32 * s;
+                mins += u[96 + 8 * j + r] as i32 * (bsums[2 * j] + bsums[2 * j + 1]);
+            }
+            let d = super::read_f16(&u[2 * r..2 * r + 2]) * dx;
+            let dmin = super::read_f16(&u[16 + 2 * r..18 + 2 * r]) * dx;
+            *a += d * total as f32 - dmin * mins as f32;
+        }
+    }
+    acc
 }
 
 /// [`repack_x8`] for Q4_0.
@@ -233,6 +320,62 @@ mod tests {
         }
         assert!(repack_q4_0x8(&[0; 18 * 7], 7, 32).is_none());
         assert!(repack_q4_0x8(&[0; 18 * 8], 8, 33).is_none());
-        assert!(repack_x8(GgmlType::Q4K, &[0; 144 * 8], 8, 256).is_none());
+        assert!(repack_x8(GgmlType::Q6K, &[0; 210 * 8], 8, 256).is_none());
+    }
+
+    #[test]
+    fn q4_k_groups_match_the_row_dots_on_every_tier() {
+        use crate::quant::dot::{dot_q4_k_q8_k, quantize_q8_k_act, Q8_K_BYTES};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(13);
+        for (rows, blocks) in [(8, 1), (16, 3)] {
+            let cols = 256 * blocks;
+            let w = weights(&mut rng, GgmlType::Q4K, rows, cols);
+            let rb = 144 * blocks;
+            let packed = repack_q4_kx8(&w, rows, cols).unwrap();
+            let mut xq = vec![0u8; Q8_K_BYTES * blocks * X8_N];
+            for r in xq.chunks_exact_mut(Q8_K_BYTES * blocks) {
+                let src: Vec<f32> = (0..cols)
+                    .map(|i| {
+                        if i % 7 == 0 {
+                            50.0
+                        } else {
+                            rng.gen_range(-3.0..3.0)
+                        }
+                    })
+                    .collect();
+                quantize_q8_k_act(&src, r);
+            }
+            let x: [&[u8]; X8_N] = std::array::from_fn(|j| {
+                &xq[Q8_K_BYTES * blocks * j..Q8_K_BYTES * blocks * (j + 1)]
+            });
+            for (g, group) in packed.chunks_exact(blocks * Q4K_UNIT).enumerate() {
+                for j in 0..X8_N {
+                    let got = dot_q4_kx8(group, x[j]);
+                    for r in 0..8 {
+                        let want = dot_q4_k_q8_k(&w[(8 * g + r) * rb..][..rb], x[j]);
+                        let tol = 1e-4 * want.abs().max(1.0);
+                        assert!(
+                            (got[r] - want).abs() <= tol,
+                            "{rows}x{cols} ({r},{j}): {} vs {want}",
+                            got[r]
+                        );
+                    }
+                    for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
+                        if isa > supported() {
+                            continue;
+                        }
+                        let (gemv, gemm) = Kernels::for_isa(isa).q4_kx8;
+                        let [one] = gemv(group, [x[j]]);
+                        let many = gemm(group, x);
+                        for r in 0..8 {
+                            let tol = 1e-5 * got[r].abs().max(1.0) * blocks as f32;
+                            assert!((one[r] - got[r]).abs() <= tol, "{isa:?} {rows}x{cols}");
+                            assert!((many[j][r] - got[r]).abs() <= tol, "{isa:?} {rows}x{cols}");
+                        }
+                    }
+                }
+            }
+        }
+        assert!(repack_q4_kx8(&[0; 144 * 4], 4, 256).is_none());
     }
 }

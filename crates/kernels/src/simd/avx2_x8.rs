@@ -141,3 +141,135 @@ x8!(
     prep_q8,
     sums_q8
 );
+
+const Q4K_UNIT: usize = crate::quant::repack::Q4K_UNIT;
+const Q8K: usize = crate::quant::dot::Q8_K_BYTES;
+
+/// Q4_K: per block, the sub-block scales as `(s, s)` i16 pairs per row lane
+/// (so `madd` applies them) and the minimums of sub-blocks `2p, 2p + 1` as
+/// i16 pairs per row lane.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn prep_q4k(u: *const u8) -> ([__m256i; 8], [__m256i; 4]) {
+    let mut sc = [_mm256_setzero_si256(); 8];
+    let mut mins = [_mm256_setzero_si256(); 4];
+    for j in 0..8 {
+        // SAFETY: a Q4_K unit holds 8 scale bytes per sub-block at 32 + 8j.
+        let v =
+            _mm256_cvtepu8_epi32(unsafe { _mm_loadl_epi64(u.add(32 + 8 * j) as *const __m128i) });
+        sc[j] = _mm256_or_si256(v, _mm256_slli_epi32(v, 16));
+    }
+    for p in 0..4 {
+        // SAFETY: 8 minimum bytes per sub-block at 96 + 8j.
+        let (a, b) = unsafe {
+            (
+                _mm_loadl_epi64(u.add(96 + 16 * p) as *const __m128i),
+                _mm_loadl_epi64(u.add(104 + 16 * p) as *const __m128i),
+            )
+        };
+        mins[p] = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(a, b));
+    }
+    (sc, mins)
+}
+
+/// Q4_K: the eight rows' `sum_j sc_j * sum(q * x)` and `sum_j m_j * sum(x)`
+/// for one Q8_K activation block at `bx`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn sums_q4k(
+    sc: &[__m256i; 8],
+    mins: &[__m256i; 4],
+    u: *const u8,
+    bx: *const u8,
+) -> (__m256i, __m256i) {
+    let m4 = _mm256_set1_epi8(0x0f);
+    // SAFETY: a Q8_K block is d (4 bytes), 256 quants, 16 i16 block sums.
+    let q8 = unsafe { bx.add(4) };
+    let mut isum = _mm256_setzero_si256();
+    for c in 0..4 {
+        let (mut lo16, mut hi16) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+        for k in 0..8 {
+            // SAFETY: 1024 quant bytes from byte 160 of the unit; 256 activation quants.
+            let (v, xl, xh) = unsafe {
+                (
+                    _mm256_loadu_si256(u.add(160 + 256 * c + 32 * k) as *const __m256i),
+                    bcast4(q8.add(64 * c + 4 * k)),
+                    bcast4(q8.add(64 * c + 32 + 4 * k)),
+                )
+            };
+            let l = _mm256_and_si256(v, m4);
+            let h = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            lo16 = _mm256_add_epi16(lo16, _mm256_maddubs_epi16(l, xl));
+            hi16 = _mm256_add_epi16(hi16, _mm256_maddubs_epi16(h, xh));
+        }
+        isum = _mm256_add_epi32(
+            isum,
+            _mm256_add_epi32(
+                _mm256_madd_epi16(lo16, sc[2 * c]),
+                _mm256_madd_epi16(hi16, sc[2 * c + 1]),
+            ),
+        );
+    }
+    let bs = |i: usize| -> i32 {
+        // SAFETY: block sum `i < 16` lies at 260 + 2i.
+        unsafe { (bx.add(260 + 2 * i) as *const i16).read_unaligned() as i32 }
+    };
+    let mut msum = _mm256_setzero_si256();
+    for p in 0..4 {
+        let lo = bs(4 * p) + bs(4 * p + 1);
+        let hi = bs(4 * p + 2) + bs(4 * p + 3);
+        let pair = (lo as u16 as u32 | ((hi as u16 as u32) << 16)) as i32;
+        msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mins[p], _mm256_set1_epi32(pair)));
+    }
+    (isum, msum)
+}
+
+macro_rules! k8 {
+    ($name:ident, $impl_name:ident, $rn:expr) => {
+        /// One eight-row Q4_K group times Q8_K activation rows.
+        pub fn $name(group: &[u8], x: [&[u8]; $rn]) -> [[f32; 8]; $rn] {
+            let nb = x
+                .iter()
+                .fold(group.len() / Q4K_UNIT, |m, r| m.min(r.len() / Q8K));
+            // SAFETY: features detected by the kernel table; `nb` whole blocks everywhere.
+            unsafe { $impl_name(&group[..nb * Q4K_UNIT], x, nb) }
+        }
+
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn $impl_name(group: &[u8], x: [&[u8]; $rn], nb: usize) -> [[f32; 8]; $rn] {
+            let mut acc = [_mm256_setzero_ps(); $rn];
+            for b in 0..nb {
+                // SAFETY: unit `b < nb` lies inside `group`.
+                let u = unsafe { group.as_ptr().add(b * Q4K_UNIT) };
+                // SAFETY: d and dmin of the 8 rows open the unit (16 bytes each).
+                let (dw, dmin) = unsafe {
+                    (
+                        _mm256_cvtph_ps(_mm_loadu_si128(u as *const __m128i)),
+                        _mm256_cvtph_ps(_mm_loadu_si128(u.add(16) as *const __m128i)),
+                    )
+                };
+                let (sc, mins) = prep_q4k(u);
+                for j in 0..$rn {
+                    // SAFETY: block `b < nb` of each activation row exists.
+                    let bx = unsafe { x[j].as_ptr().add(b * Q8K) };
+                    // SAFETY: the block's f32 scale is its first 4 bytes.
+                    let dx = _mm256_set1_ps(unsafe { (bx as *const f32).read_unaligned() });
+                    let (isum, msum) = sums_q4k(&sc, &mins, u, bx);
+                    acc[j] =
+                        _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(isum), acc[j]);
+                    acc[j] =
+                        _mm256_fnmadd_ps(_mm256_mul_ps(dmin, dx), _mm256_cvtepi32_ps(msum), acc[j]);
+                }
+            }
+            let mut out = [[0f32; 8]; $rn];
+            for j in 0..$rn {
+                // SAFETY: `out[j]` holds 8 floats.
+                unsafe { _mm256_storeu_ps(out[j].as_mut_ptr(), acc[j]) };
+            }
+            out
+        }
+    };
+}
+
+k8!(gemv_q4_kx8, gemv_q4_kx8_impl, 1);
+k8!(gemm_q4_kx8, gemm_q4_kx8_impl, X8_N);
