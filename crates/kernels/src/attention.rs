@@ -88,9 +88,106 @@ pub fn attend_head(
     }
 }
 
+/// Attention of the `q.len() / head_dim` query heads that share KV head
+/// `kvh` (grouped-query attention) over positions `0..n_ctx`: each K and V
+/// row is read and widened once for the whole group. `q` and `out` hold the
+/// group's heads in order; `scores` must hold `group * n_ctx` values.
+/// Runs the tier's kernel ([`crate::cpu::Kernels::attend_group`]).
+pub fn attend_group(
+    q: &[f32],
+    kvh: usize,
+    kv: &PagedKv<'_>,
+    table: &[u32],
+    n_ctx: usize,
+    scale: f32,
+    scores: &mut [f32],
+    out: &mut [f32],
+) {
+    (crate::cpu::kernels().attend_group)(q, kvh, kv, table, n_ctx, scale, scores, out)
+}
+
+/// The reference of [`attend_group`]: [`attend_head`] for each head of the group.
+pub fn attend_group_reference(
+    q: &[f32],
+    kvh: usize,
+    kv: &PagedKv<'_>,
+    table: &[u32],
+    n_ctx: usize,
+    scale: f32,
+    scores: &mut [f32],
+    out: &mut [f32],
+) {
+    let hd = kv.head_dim;
+    let g = q.len() / hd;
+    for h in 0..g {
+        // `attend_head` maps a head to its KV head by `head / group`; pass one
+        // that lands on `kvh` with a model of `g * n_kv_heads` heads.
+        attend_head(
+            &q[h * hd..(h + 1) * hd],
+            kvh * g + h,
+            kv,
+            table,
+            n_ctx,
+            g * kv.n_kv_heads,
+            scale,
+            scores,
+            &mut out[h * hd..(h + 1) * hd],
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn grouped_attention_matches_per_head_attention_on_every_tier() {
+        use crate::cpu::{supported, Isa, Kernels};
+        for (bs, nkv, hd, g, n_ctx) in [(4, 2, 8, 3, 11), (16, 1, 64, 8, 40), (16, 3, 24, 1, 5)] {
+            let kv_dim = nkv * hd;
+            let table = [2u32, 0, 3, 1];
+            let n_blocks = 4;
+            let val = |i: usize, s: f32| f16::from_f32(((i * 37 % 101) as f32 * s).sin());
+            let ks: Vec<f16> = (0..n_blocks * bs * kv_dim).map(|i| val(i, 0.1)).collect();
+            let vs: Vec<f16> = (0..n_blocks * bs * kv_dim).map(|i| val(i, 0.3)).collect();
+            let kv = PagedKv {
+                k: &ks,
+                v: &vs,
+                block_size: bs,
+                n_kv_heads: nkv,
+                head_dim: hd,
+            };
+            let q: Vec<f32> = (0..g * hd).map(|i| (i as f32 * 0.7).cos()).collect();
+            let n_ctx = n_ctx.min(table.len() * bs);
+            for kvh in 0..nkv {
+                let mut scores = vec![0.0; g * n_ctx];
+                let mut want = vec![0.0; g * hd];
+                attend_group_reference(&q, kvh, &kv, &table, n_ctx, 0.3, &mut scores, &mut want);
+                for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
+                    if isa > supported() {
+                        continue;
+                    }
+                    let mut got = vec![0.0; g * hd];
+                    (Kernels::for_isa(isa).attend_group)(
+                        &q,
+                        kvh,
+                        &kv,
+                        &table,
+                        n_ctx,
+                        0.3,
+                        &mut scores,
+                        &mut got,
+                    );
+                    for (a, b) in got.iter().zip(&want) {
+                        assert!(
+                            (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                            "{isa:?} hd={hd} g={g}: {a} vs {b}"
+                        );
+                    }
+                }
+            }
+        }
+    }
 
     /// Attention over a scrambled block table equals attention over a
     /// contiguous cache holding the same values.

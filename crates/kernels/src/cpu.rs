@@ -103,6 +103,18 @@ pub fn zero_offset(ty: GgmlType) -> f32 {
     }
 }
 
+/// Grouped-query attention of one token (see [`crate::attention::attend_group`]).
+pub type AttendGroup = fn(
+    q: &[f32],
+    kvh: usize,
+    kv: &crate::attention::PagedKv<'_>,
+    table: &[u32],
+    n_ctx: usize,
+    scale: f32,
+    scores: &mut [f32],
+    out: &mut [f32],
+);
+
 /// Activation rows per tile of the eight-row interleaved kernels.
 pub const X8_N: usize = 4;
 /// One eight-row interleaved group (see [`crate::quant::repack`]) against one activation row.
@@ -193,6 +205,8 @@ pub struct Kernels {
     pub kv_dot: fn(&[f32], &[half::f16]) -> f32,
     /// `out += w * V row` (attention's weighted sum).
     pub kv_axpy: fn(&mut [f32], f32, &[half::f16]),
+    /// Attention of the query heads sharing one KV head.
+    pub attend_group: AttendGroup,
 }
 
 impl QuantPath {
@@ -254,6 +268,7 @@ impl Kernels {
             f16_dot: r::dot_f16_f32,
             kv_dot: r::dot_f32_f16,
             kv_axpy: r::axpy_f16,
+            attend_group: crate::attention::attend_group_reference,
         };
         #[cfg(target_arch = "x86_64")]
         if isa >= Isa::Avx2 && supported() >= Isa::Avx2 {
@@ -290,6 +305,7 @@ impl Kernels {
                 f16_dot: avx2::dot_f16_f32,
                 kv_dot: avx2::dot_f32_f16,
                 kv_axpy: avx2::axpy_f16,
+                attend_group: crate::simd::avx2_attn::attend_group,
             };
         }
         let _ = isa;

@@ -19,7 +19,7 @@ use crate::config::{Arch, Config};
 use crate::kv::KvCache;
 use crate::weights::{Tensor, TensorSource};
 use crate::{Error, Result};
-use hasten_kernels::attention::attend_head;
+use hasten_kernels::attention::attend_group;
 use hasten_kernels::matmul::matmul;
 use hasten_kernels::ops::{add_assign, rms_norm, silu_mul, Rope};
 use hasten_kernels::threads::{par_chunks, Threads};
@@ -96,6 +96,11 @@ struct Layer {
     w_gate: Tensor,
     w_up: Tensor,
     w_down: Tensor,
+}
+
+thread_local! {
+    /// Attention scores of the query heads in flight on this thread (grown, never shrunk).
+    static SCORES: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// A loaded Llama-family model. Weights stay in their mapped files.
@@ -368,38 +373,40 @@ impl Model {
             let paged = kv.layer(li);
             let tok = &s.tok;
             let q = &*q;
-            let n_heads = c.n_heads;
-            // One work item per (head, token), heads outermost: contiguous
-            // pieces then mix short and long contexts, balancing the threads
-            // during prefill; decode steps parallelize over heads.
-            par_chunks(&mut s.att_t[..t * qd], hd, threads, |first, piece| {
-                let longest = (0..piece.len() / hd)
-                    .map(|i| tok[(first + i) % t].1 + 1)
-                    .max()
-                    .unwrap_or(0);
-                let mut scores = vec![0.0f32; longest];
-                for (i, out) in piece.chunks_exact_mut(hd).enumerate() {
-                    let (head, j) = ((first + i) / t, (first + i) % t);
-                    let (seq, pos) = tok[j];
-                    let qh = &q[j * qd + head * hd..j * qd + (head + 1) * hd];
-                    attend_head(
-                        qh,
-                        head,
-                        &paged,
-                        batch[seq].block_table,
-                        pos + 1,
-                        n_heads,
-                        scale,
-                        &mut scores,
-                        out,
-                    );
-                }
+            let (n_kv, group) = (c.n_kv_heads, c.n_heads / c.n_kv_heads);
+            // One work item per (KV head, token), KV heads outermost: each
+            // K/V row serves the whole group of query heads, and contiguous
+            // pieces mix short and long contexts, balancing the threads
+            // during prefill. `att_t` is [kv head][token][group][head_dim].
+            par_chunks(&mut s.att_t[..t * qd], group * hd, threads, |first, piece| {
+                SCORES.with(|sc| {
+                    let mut sc = sc.borrow_mut();
+                    for (i, out) in piece.chunks_exact_mut(group * hd).enumerate() {
+                        let (kvh, j) = ((first + i) / t, (first + i) % t);
+                        let (seq, pos) = tok[j];
+                        let need = group * (pos + 1);
+                        if sc.len() < need {
+                            sc.resize(need, 0.0);
+                        }
+                        let qg = &q[j * qd + kvh * group * hd..j * qd + (kvh + 1) * group * hd];
+                        attend_group(
+                            qg,
+                            kvh,
+                            &paged,
+                            batch[seq].block_table,
+                            pos + 1,
+                            scale,
+                            &mut sc[..need],
+                            out,
+                        );
+                    }
+                })
             });
-            for head in 0..n_heads {
+            for kvh in 0..n_kv {
                 for j in 0..t {
-                    let src = (head * t + j) * hd;
-                    s.att[j * qd + head * hd..j * qd + (head + 1) * hd]
-                        .copy_from_slice(&s.att_t[src..src + hd]);
+                    let src = (kvh * t + j) * group * hd;
+                    let dst = j * qd + kvh * group * hd;
+                    s.att[dst..dst + group * hd].copy_from_slice(&s.att_t[src..src + group * hd]);
                 }
             }
             let proj = &mut s.proj[..t * dim];

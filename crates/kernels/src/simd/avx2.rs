@@ -44,7 +44,7 @@ pub fn quantize_q8_0(x: &[f32], out: &mut [u8]) {
 /// Sum of the 8 f32 lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-fn hsum(v: __m256) -> f32 {
+pub(super) fn hsum(v: __m256) -> f32 {
     let lo = _mm256_castps256_ps128(v);
     let hi = _mm256_extractf128_ps(v, 1);
     let s = _mm_add_ps(lo, hi);

@@ -4,4 +4,5 @@
 //! which hands it out only when the CPU supports its instructions.
 
 pub mod avx2;
+pub mod avx2_attn;
 pub mod avx2_x8;
