@@ -116,7 +116,7 @@ pub type AttendGroup = fn(
 );
 
 /// Activation rows per tile of the eight-row interleaved kernels.
-pub const X8_N: usize = 4;
+pub const X8_N: usize = 8;
 /// One eight-row interleaved group (see [`crate::quant::repack`]) against one activation row.
 pub type X8Gemv = fn(group: &[u8], x: [Q8Row<'_>; 1]) -> [[f32; 8]; 1];
 /// The same against [`X8_N`] activation rows.
