@@ -183,6 +183,11 @@ pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads
     matmul_reference(w, x, out, threads)
 }
 
+/// An eight-row group's results for the activation row starting at a token.
+type GroupGemv<'a> = dyn Fn(&[u8], usize) -> [f32; 8] + Sync + 'a;
+/// The same for [`X8_N`] activation rows from a token on.
+type GroupGemm<'a> = dyn Fn(&[u8], usize) -> [[f32; 8]; X8_N] + Sync + 'a;
+
 /// Products of the eight-row groups of `packed` (`group_bytes` each; rows
 /// `r0..`, `r0` a multiple of 8) with all `n` activation rows into `dst`
 /// (`[rows, n]`).
@@ -192,8 +197,8 @@ fn x8_rows(
     r0: usize,
     n: usize,
     dst: &mut [f32],
-    gemv: &(dyn Fn(&[u8], usize) -> [f32; 8] + Sync),
-    gemm: &(dyn Fn(&[u8], usize) -> [[f32; 8]; X8_N] + Sync),
+    gemv: &GroupGemv<'_>,
+    gemm: &GroupGemm<'_>,
 ) {
     let rows = dst.len() / n;
     for t0 in (0..n).step_by(TOKEN_BLOCK) {

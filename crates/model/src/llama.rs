@@ -378,30 +378,35 @@ impl Model {
             // K/V row serves the whole group of query heads, and contiguous
             // pieces mix short and long contexts, balancing the threads
             // during prefill. `att_t` is [kv head][token][group][head_dim].
-            par_chunks(&mut s.att_t[..t * qd], group * hd, threads, |first, piece| {
-                SCORES.with(|sc| {
-                    let mut sc = sc.borrow_mut();
-                    for (i, out) in piece.chunks_exact_mut(group * hd).enumerate() {
-                        let (kvh, j) = ((first + i) / t, (first + i) % t);
-                        let (seq, pos) = tok[j];
-                        let need = group * (pos + 1);
-                        if sc.len() < need {
-                            sc.resize(need, 0.0);
+            par_chunks(
+                &mut s.att_t[..t * qd],
+                group * hd,
+                threads,
+                |first, piece| {
+                    SCORES.with(|sc| {
+                        let mut sc = sc.borrow_mut();
+                        for (i, out) in piece.chunks_exact_mut(group * hd).enumerate() {
+                            let (kvh, j) = ((first + i) / t, (first + i) % t);
+                            let (seq, pos) = tok[j];
+                            let need = group * (pos + 1);
+                            if sc.len() < need {
+                                sc.resize(need, 0.0);
+                            }
+                            let qg = &q[j * qd + kvh * group * hd..j * qd + (kvh + 1) * group * hd];
+                            attend_group(
+                                qg,
+                                kvh,
+                                &paged,
+                                batch[seq].block_table,
+                                pos + 1,
+                                scale,
+                                &mut sc[..need],
+                                out,
+                            );
                         }
-                        let qg = &q[j * qd + kvh * group * hd..j * qd + (kvh + 1) * group * hd];
-                        attend_group(
-                            qg,
-                            kvh,
-                            &paged,
-                            batch[seq].block_table,
-                            pos + 1,
-                            scale,
-                            &mut sc[..need],
-                            out,
-                        );
-                    }
-                })
-            });
+                    })
+                },
+            );
             for kvh in 0..n_kv {
                 for j in 0..t {
                     let src = (kvh * t + j) * group * hd;
