@@ -143,6 +143,14 @@ fn q4_0x8_gemm_ref(group: &[u8], x: [Q8Row<'_>; X8_N]) -> [[f32; 8]; X8_N] {
     x.map(|r| crate::quant::repack::dot_q4_0x8(group, r))
 }
 
+fn q5_0x8_gemv_ref(group: &[u8], x: [Q8Row<'_>; 1]) -> [[f32; 8]; 1] {
+    [crate::quant::repack::dot_q5_0x8(group, x[0])]
+}
+
+fn q5_0x8_gemm_ref(group: &[u8], x: [Q8Row<'_>; X8_N]) -> [[f32; 8]; X8_N] {
+    x.map(|r| crate::quant::repack::dot_q5_0x8(group, r))
+}
+
 fn q8_0x8_gemv_ref(group: &[u8], x: [Q8Row<'_>; 1]) -> [[f32; 8]; 1] {
     [crate::quant::repack::dot_q8_0x8(group, x[0])]
 }
@@ -198,6 +206,7 @@ pub struct Kernels {
     /// Q4_0 and Q8_0 repacked in eight-row groups.
     pub q4_0x8: (X8Gemv, X8Gemm),
     pub q8_0x8: (X8Gemv, X8Gemm),
+    pub q5_0x8: (X8Gemv, X8Gemm),
     /// Q4_K repacked in eight-row groups (Q8_K activations).
     pub q4_kx8: (K8Gemv, K8Gemm),
     pub f16_dot: F16Dot,
@@ -222,6 +231,7 @@ impl Kernels {
         match ty {
             GgmlType::Q4_0 => Some(self.q4_0x8),
             GgmlType::Q8_0 => Some(self.q8_0x8),
+            GgmlType::Q5_0 => Some(self.q5_0x8),
             _ => None,
         }
     }
@@ -264,6 +274,7 @@ impl Kernels {
             q6_k: q8k(r::quantize_q8_k_act, r::dot_q6_k_q8_k),
             q4_0x8: (q4_0x8_gemv_ref, q4_0x8_gemm_ref),
             q8_0x8: (q8_0x8_gemv_ref, q8_0x8_gemm_ref),
+            q5_0x8: (q5_0x8_gemv_ref, q5_0x8_gemm_ref),
             q4_kx8: (q4_kx8_gemv_ref, q4_kx8_gemm_ref),
             f16_dot: r::dot_f16_f32,
             kv_dot: r::dot_f32_f16,
@@ -297,6 +308,10 @@ impl Kernels {
                 q8_0x8: (
                     crate::simd::avx2_x8::gemv_q8_0x8,
                     crate::simd::avx2_x8::gemm_q8_0x8,
+                ),
+                q5_0x8: (
+                    crate::simd::avx2_x8::gemv_q5_0x8,
+                    crate::simd::avx2_x8::gemm_q5_0x8,
                 ),
                 q4_kx8: (
                     crate::simd::avx2_x8::gemv_q4_kx8,

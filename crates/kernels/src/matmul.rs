@@ -438,6 +438,7 @@ mod tests {
             (GgmlType::Q8_0, 16, 64),
             (GgmlType::Q8_0, 40, 160),
             (GgmlType::Q4K, 16, 512),
+            (GgmlType::Q5_0, 16, 96),
         ] {
             let rb = ty.row_bytes(cols).unwrap();
             let mut wq = vec![0u8; rb * rows];

@@ -57,6 +57,51 @@ fn sums_q4(w: &[__m256i; 8], _u: *const u8, q: *const u8) -> __m256i {
     _mm256_madd_epi16(s16, _mm256_set1_epi16(1))
 }
 
+const Q5_UNIT: usize = crate::quant::repack::Q5_0_UNIT;
+
+/// Q5_0: nibbles plus fifth bits as unsigned 5-bit values, low and high halves.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn prep_q5(u: *const u8) -> [__m256i; 8] {
+    let m4 = _mm256_set1_epi8(0x0f);
+    let m1 = _mm256_set1_epi8(0x01);
+    // SAFETY: a Q5_0 unit holds 32 bit bytes at 16 and 128 quant bytes at 48.
+    let bits = unsafe { _mm256_loadu_si256(u.add(16) as *const __m256i) };
+    let mut w = [_mm256_setzero_si256(); 8];
+    for k in 0..4 {
+        // SAFETY: as above.
+        let v = unsafe { _mm256_loadu_si256(u.add(48 + 32 * k) as *const __m256i) };
+        let shift = _mm_cvtsi32_si128(2 * k as i32);
+        let lo_bit = _mm256_and_si256(_mm256_srl_epi16(bits, shift), m1);
+        let hi_bit = _mm256_and_si256(
+            _mm256_srl_epi16(bits, _mm_cvtsi32_si128(2 * k as i32 + 1)),
+            m1,
+        );
+        w[k] = _mm256_or_si256(_mm256_and_si256(v, m4), _mm256_slli_epi16(lo_bit, 4));
+        w[4 + k] = _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16(v, 4), m4),
+            _mm256_slli_epi16(hi_bit, 4),
+        );
+    }
+    w
+}
+
+/// Q5_0: the eight rows' integer sums. 5-bit by 8-bit products allow only
+/// four `maddubs` per 16-bit sum, so each half widens separately.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn sums_q5(w: &[__m256i; 8], _u: *const u8, q: *const u8) -> __m256i {
+    let ones = _mm256_set1_epi16(1);
+    let (mut lo16, mut hi16) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+    for k in 0..4 {
+        // SAFETY: `q` points at the block's 32 quant bytes.
+        let (xl, xh) = unsafe { (bcast4(q.add(4 * k)), bcast4(q.add(16 + 4 * k))) };
+        lo16 = _mm256_add_epi16(lo16, _mm256_maddubs_epi16(w[k], xl));
+        hi16 = _mm256_add_epi16(hi16, _mm256_maddubs_epi16(w[4 + k], xh));
+    }
+    _mm256_add_epi32(_mm256_madd_epi16(lo16, ones), _mm256_madd_epi16(hi16, ones))
+}
+
 /// Q8_0 needs nothing prepared: the signed bytes are read per token.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -133,6 +178,15 @@ x8!(
     sums_q4
 );
 x8!(gemv_q8_0x8, gemv_q8_0x8_impl, 1, Q8_UNIT, prep_q8, sums_q8);
+x8!(gemv_q5_0x8, gemv_q5_0x8_impl, 1, Q5_UNIT, prep_q5, sums_q5);
+x8!(
+    gemm_q5_0x8,
+    gemm_q5_0x8_impl,
+    X8_N,
+    Q5_UNIT,
+    prep_q5,
+    sums_q5
+);
 x8!(
     gemm_q8_0x8,
     gemm_q8_0x8_impl,
