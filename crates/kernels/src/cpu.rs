@@ -122,7 +122,7 @@ pub type X8Gemv = fn(group: &[u8], x: [Q8Row<'_>; 1]) -> [[f32; 8]; 1];
 /// The same against [`X8_N`] activation rows.
 pub type X8Gemm = fn(group: &[u8], x: [Q8Row<'_>; X8_N]) -> [[f32; 8]; X8_N];
 
-/// One eight-row Q4_K group against one Q8_K activation row.
+/// One eight-row Q4_K or Q6_K group against one Q8_K activation row.
 pub type K8Gemv = fn(group: &[u8], x: [&[u8]; 1]) -> [[f32; 8]; 1];
 /// The same against [`X8_N`] Q8_K activation rows.
 pub type K8Gemm = fn(group: &[u8], x: [&[u8]; X8_N]) -> [[f32; 8]; X8_N];
@@ -133,6 +133,14 @@ fn q4_kx8_gemv_ref(group: &[u8], x: [&[u8]; 1]) -> [[f32; 8]; 1] {
 
 fn q4_kx8_gemm_ref(group: &[u8], x: [&[u8]; X8_N]) -> [[f32; 8]; X8_N] {
     x.map(|r| crate::quant::repack::dot_q4_kx8(group, r))
+}
+
+fn q6_kx8_gemv_ref(group: &[u8], x: [&[u8]; 1]) -> [[f32; 8]; 1] {
+    [crate::quant::repack_q6k::dot_q6_kx8(group, x[0])]
+}
+
+fn q6_kx8_gemm_ref(group: &[u8], x: [&[u8]; X8_N]) -> [[f32; 8]; X8_N] {
+    x.map(|r| crate::quant::repack_q6k::dot_q6_kx8(group, r))
 }
 
 fn q4_0x8_gemv_ref(group: &[u8], x: [Q8Row<'_>; 1]) -> [[f32; 8]; 1] {
@@ -209,6 +217,7 @@ pub struct Kernels {
     pub q5_0x8: (X8Gemv, X8Gemm),
     /// Q4_K repacked in eight-row groups (Q8_K activations).
     pub q4_kx8: (K8Gemv, K8Gemm),
+    pub q6_kx8: (K8Gemv, K8Gemm),
     pub f16_dot: F16Dot,
     /// Query · one f16 K row (attention scores).
     pub kv_dot: fn(&[f32], &[half::f16]) -> f32,
@@ -276,6 +285,7 @@ impl Kernels {
             q8_0x8: (q8_0x8_gemv_ref, q8_0x8_gemm_ref),
             q5_0x8: (q5_0x8_gemv_ref, q5_0x8_gemm_ref),
             q4_kx8: (q4_kx8_gemv_ref, q4_kx8_gemm_ref),
+            q6_kx8: (q6_kx8_gemv_ref, q6_kx8_gemm_ref),
             f16_dot: r::dot_f16_f32,
             kv_dot: r::dot_f32_f16,
             kv_axpy: r::axpy_f16,
@@ -316,6 +326,10 @@ impl Kernels {
                 q4_kx8: (
                     crate::simd::avx2_x8::gemv_q4_kx8,
                     crate::simd::avx2_x8::gemm_q4_kx8,
+                ),
+                q6_kx8: (
+                    crate::simd::avx2_x8::gemv_q6_kx8,
+                    crate::simd::avx2_x8::gemm_q6_kx8,
                 ),
                 f16_dot: avx2::dot_f16_f32,
                 kv_dot: avx2::dot_f32_f16,

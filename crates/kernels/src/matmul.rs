@@ -6,6 +6,7 @@
 
 use crate::cpu::{kernels, q8_row_terms, Q8Row, Tile1, TileN, TILE_N, X8_N};
 use crate::quant::repack::{packed_bytes, x8_unit, Q4K_UNIT};
+use crate::quant::repack_q6k::Q6K_UNIT;
 use crate::quant::{dequantize_row, GgmlType};
 use crate::threads::{par_chunks, Threads};
 use crate::{Error, Result};
@@ -44,7 +45,7 @@ impl<'a> WeightMatrix<'a> {
         })
     }
 
-    /// Attaches the eight-row interleaved copy of Q4_0, Q8_0 or Q4_K weights
+    /// Attaches the eight-row interleaved copy of Q4_0, Q5_0, Q8_0, Q4_K or Q6_K weights
     /// made by [`crate::quant::repack::repack_x8`].
     pub fn with_packed(mut self, packed: &'a [u8]) -> Result<Self> {
         let want = packed_bytes(self.ty, self.rows, self.cols);
@@ -120,13 +121,17 @@ pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads
                 quantize(xr, qr);
             }
         });
-        if let (GgmlType::Q4K, Some(packed)) = (w.ty, w.packed) {
-            let (gemv, gemm) = k.q4_kx8;
+        let k8 = match w.ty {
+            GgmlType::Q4K => Some((k.q4_kx8, Q4K_UNIT)),
+            GgmlType::Q6K => Some((k.q6_kx8, Q6K_UNIT)),
+            _ => None,
+        };
+        if let (Some(((gemv, gemm), unit)), Some(packed)) = (k8, w.packed) {
             let xq = &s.xq;
             let xrow = |t: usize| &xq[t * act_rb..(t + 1) * act_rb];
             let one = |g: &[u8], t: usize| gemv(g, [xrow(t)])[0];
             let many = |g: &[u8], t: usize| gemm(g, std::array::from_fn(|j| xrow(t + j)));
-            let group_bytes = w.cols / 256 * Q4K_UNIT;
+            let group_bytes = w.cols / 256 * unit;
             for_row_blocks(w, n, out, threads, &mut s.by_row, 8, |r0, dst| {
                 x8_rows(packed, group_bytes, r0, n, dst, &one, &many)
             });
@@ -439,6 +444,7 @@ mod tests {
             (GgmlType::Q8_0, 40, 160),
             (GgmlType::Q4K, 16, 512),
             (GgmlType::Q5_0, 16, 96),
+            (GgmlType::Q6K, 8, 256),
         ] {
             let rb = ty.row_bytes(cols).unwrap();
             let mut wq = vec![0u8; rb * rows];

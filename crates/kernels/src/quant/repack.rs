@@ -43,6 +43,9 @@ pub fn repack_x8(ty: GgmlType, data: &[u8], rows: usize, cols: usize) -> Option<
     if ty == GgmlType::Q4K {
         return repack_q4_kx8(data, rows, cols);
     }
+    if ty == GgmlType::Q6K {
+        return super::repack_q6k::repack_q6_kx8(data, rows, cols);
+    }
     if ty == GgmlType::Q5_0 {
         return repack_q5_0x8(data, rows, cols);
     }
@@ -144,6 +147,9 @@ pub fn dot_q5_0x8(group: &[u8], x: Q8Row<'_>) -> [f32; 8] {
 pub fn packed_bytes(ty: GgmlType, rows: usize, cols: usize) -> Option<usize> {
     if ty == GgmlType::Q4K {
         return Some(rows / 8 * cols / 256 * Q4K_UNIT);
+    }
+    if ty == GgmlType::Q6K {
+        return Some(rows / 8 * cols / 256 * super::repack_q6k::Q6K_UNIT);
     }
     Some(rows / 8 * cols / 32 * x8_unit(ty)?)
 }
@@ -396,7 +402,7 @@ mod tests {
         }
         assert!(repack_q4_0x8(&[0; 18 * 7], 7, 32).is_none());
         assert!(repack_q4_0x8(&[0; 18 * 8], 8, 33).is_none());
-        assert!(repack_x8(GgmlType::Q6K, &[0; 210 * 8], 8, 256).is_none());
+        assert!(repack_x8(GgmlType::Q5K, &[0; 176 * 8], 8, 256).is_none());
     }
 
     #[test]

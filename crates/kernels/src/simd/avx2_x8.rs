@@ -327,3 +327,116 @@ macro_rules! k8 {
 
 k8!(gemv_q4_kx8, gemv_q4_kx8_impl, 1);
 k8!(gemm_q4_kx8, gemm_q4_kx8_impl, X8_N);
+
+const Q6K_UNIT: usize = crate::quant::repack_q6k::Q6K_UNIT;
+
+/// Q6_K: per block, the 16 group scales as `(s, s)` i16 pairs per row lane,
+/// and the scales of groups `2p, 2p + 1` as i16 pairs per row lane.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn prep_q6k(u: *const u8) -> ([__m256i; 16], [__m256i; 8]) {
+    let low = _mm256_set1_epi32(0xffff);
+    let mut sc = [_mm256_setzero_si256(); 16];
+    let mut pairs = [_mm256_setzero_si256(); 8];
+    for g in 0..16 {
+        // SAFETY: a Q6_K unit holds 8 scale bytes per group at 16 + 8g.
+        let v =
+            _mm256_cvtepi8_epi32(unsafe { _mm_loadl_epi64(u.add(16 + 8 * g) as *const __m128i) });
+        sc[g] = _mm256_or_si256(_mm256_and_si256(v, low), _mm256_slli_epi32(v, 16));
+    }
+    for p in 0..8 {
+        // SAFETY: as above.
+        let (a, b) = unsafe {
+            (
+                _mm_loadl_epi64(u.add(16 + 16 * p) as *const __m128i),
+                _mm_loadl_epi64(u.add(24 + 16 * p) as *const __m128i),
+            )
+        };
+        pairs[p] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(a, b));
+    }
+    (sc, pairs)
+}
+
+/// Q6_K: the eight rows' `sum_g sc_g * sum(v * x)` and `sum_g sc_g * sum(x)`
+/// for one Q8_K block (two `maddubs` of 6-bit values fit one 16-bit sum).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn sums_q6k(
+    sc: &[__m256i; 16],
+    pairs: &[__m256i; 8],
+    u: *const u8,
+    bx: *const u8,
+) -> (__m256i, __m256i) {
+    // SAFETY: a Q8_K block is d (4 bytes), 256 quants, 16 i16 block sums.
+    let q8 = unsafe { bx.add(4) };
+    let mut isum = _mm256_setzero_si256();
+    for s in 0..8 {
+        for kk in 0..4 {
+            let k = 2 * kk;
+            // SAFETY: 2048 value bytes from byte 144 of the unit; 256 activation quants.
+            let (v0, v1, x0, x1) = unsafe {
+                (
+                    _mm256_loadu_si256(u.add(144 + 256 * s + 32 * k) as *const __m256i),
+                    _mm256_loadu_si256(u.add(144 + 256 * s + 32 * k + 32) as *const __m256i),
+                    bcast4(q8.add(32 * s + 4 * k)),
+                    bcast4(q8.add(32 * s + 4 * k + 4)),
+                )
+            };
+            let p = _mm256_add_epi16(_mm256_maddubs_epi16(v0, x0), _mm256_maddubs_epi16(v1, x1));
+            // Elements 32s + 4k.. lie in group 2s (k < 4) or 2s + 1.
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, sc[2 * s + kk / 2]));
+        }
+    }
+    let mut osum = _mm256_setzero_si256();
+    for p in 0..8 {
+        // SAFETY: block sums `2p, 2p + 1` (i16) lie at 260 + 4p.
+        let pair = unsafe { (bx.add(260 + 4 * p) as *const i32).read_unaligned() };
+        osum = _mm256_add_epi32(osum, _mm256_madd_epi16(pairs[p], _mm256_set1_epi32(pair)));
+    }
+    (isum, osum)
+}
+
+macro_rules! q6k8 {
+    ($name:ident, $impl_name:ident, $rn:expr) => {
+        /// One eight-row Q6_K group times Q8_K activation rows.
+        pub fn $name(group: &[u8], x: [&[u8]; $rn]) -> [[f32; 8]; $rn] {
+            let nb = x
+                .iter()
+                .fold(group.len() / Q6K_UNIT, |m, r| m.min(r.len() / Q8K));
+            // SAFETY: features detected by the kernel table; `nb` whole blocks everywhere.
+            unsafe { $impl_name(&group[..nb * Q6K_UNIT], x, nb) }
+        }
+
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn $impl_name(group: &[u8], x: [&[u8]; $rn], nb: usize) -> [[f32; 8]; $rn] {
+            let mut acc = [_mm256_setzero_ps(); $rn];
+            for b in 0..nb {
+                // SAFETY: unit `b < nb` lies inside `group`.
+                let u = unsafe { group.as_ptr().add(b * Q6K_UNIT) };
+                // SAFETY: the 8 rows' d open the unit (16 bytes).
+                let dw = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(u as *const __m128i) });
+                let (sc, pairs) = prep_q6k(u);
+                for j in 0..$rn {
+                    // SAFETY: block `b < nb` of each activation row exists.
+                    let bx = unsafe { x[j].as_ptr().add(b * Q8K) };
+                    // SAFETY: the block's f32 scale is its first 4 bytes.
+                    let dx = _mm256_set1_ps(unsafe { (bx as *const f32).read_unaligned() });
+                    let (isum, osum) = sums_q6k(&sc, &pairs, u, bx);
+                    // Stored values are q + 32: take 32 * sum(sc * x) back off.
+                    let total = _mm256_sub_epi32(isum, _mm256_slli_epi32(osum, 5));
+                    acc[j] =
+                        _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(total), acc[j]);
+                }
+            }
+            let mut out = [[0f32; 8]; $rn];
+            for j in 0..$rn {
+                // SAFETY: `out[j]` holds 8 floats.
+                unsafe { _mm256_storeu_ps(out[j].as_mut_ptr(), acc[j]) };
+            }
+            out
+        }
+    };
+}
+
+q6k8!(gemv_q6_kx8, gemv_q6_kx8_impl, 1);
+q6k8!(gemm_q6_kx8, gemm_q6_kx8_impl, X8_N);
