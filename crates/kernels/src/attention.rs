@@ -249,7 +249,12 @@ mod tests {
             &mut scores,
             &mut o2,
         );
-        assert_eq!(o1, o2);
+        if cfg!(miri) {
+            // Miri perturbs `exp` by a few ULPs on every call, on purpose.
+            assert!(o1.iter().zip(&o2).all(|(a, b)| (a - b).abs() < 1e-5));
+        } else {
+            assert_eq!(o1, o2);
+        }
         // One position: output is exactly V of that position.
         attend(
             &q,

@@ -260,6 +260,8 @@ mod tests {
     }
 
     #[test]
+    // Thousands of spinning hand-offs take hours in Miri's interpreter.
+    #[cfg_attr(miri, ignore)]
     fn pool_survives_many_regions_of_varying_width_and_nesting() {
         let mut v = vec![0u64; 4096];
         for round in 0..3000u64 {
