@@ -204,7 +204,7 @@ const Q8K: usize = crate::quant::dot::Q8_K_BYTES;
 /// i16 pairs per row lane.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn prep_q4k(u: *const u8) -> ([__m256i; 8], [__m256i; 4]) {
+fn prep_q4k(u: *const u8) -> Q4kPrep {
     let mut sc = [_mm256_setzero_si256(); 8];
     let mut mins = [_mm256_setzero_si256(); 4];
     for j in 0..8 {
@@ -223,7 +223,22 @@ fn prep_q4k(u: *const u8) -> ([__m256i; 8], [__m256i; 4]) {
         };
         mins[p] = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(a, b));
     }
-    (sc, mins)
+    // SAFETY: d and dmin of the 8 rows open the unit (16 bytes each).
+    let (d, dmin) = unsafe {
+        (
+            _mm256_cvtph_ps(_mm_loadu_si128(u as *const __m128i)),
+            _mm256_cvtph_ps(_mm_loadu_si128(u.add(16) as *const __m128i)),
+        )
+    };
+    Q4kPrep { sc, mins, d, dmin }
+}
+
+/// What [`prep_q4k`] decodes from a Q4_K unit.
+struct Q4kPrep {
+    sc: [__m256i; 8],
+    mins: [__m256i; 4],
+    d: __m256,
+    dmin: __m256,
 }
 
 /// Q4_K: the eight rows' `sum_j sc_j * sum(q * x)` and `sum_j m_j * sum(x)`
@@ -278,15 +293,18 @@ fn sums_q4k(
     (isum, msum)
 }
 
+/// Generates the kernels of a K-quant x8 layout: `$prep(unit)` decodes a
+/// block's scales once for all activation rows, `$step(&prep, unit, bx, dx,
+/// acc)` adds one Q8_K activation block's contribution for the eight rows.
 macro_rules! k8 {
-    ($name:ident, $impl_name:ident, $rn:expr) => {
-        /// One eight-row Q4_K group times Q8_K activation rows.
+    ($name:ident, $impl_name:ident, $rn:expr, $unit:expr, $prep:ident, $step:ident) => {
+        /// One eight-row K-quant group times Q8_K activation rows.
         pub fn $name(group: &[u8], x: [&[u8]; $rn]) -> [[f32; 8]; $rn] {
             let nb = x
                 .iter()
-                .fold(group.len() / Q4K_UNIT, |m, r| m.min(r.len() / Q8K));
+                .fold(group.len() / $unit, |m, r| m.min(r.len() / Q8K));
             // SAFETY: features detected by the kernel table; `nb` whole blocks everywhere.
-            unsafe { $impl_name(&group[..nb * Q4K_UNIT], x, nb) }
+            unsafe { $impl_name(&group[..nb * $unit], x, nb) }
         }
 
         #[target_feature(enable = "avx2,fma,f16c")]
@@ -294,25 +312,14 @@ macro_rules! k8 {
             let mut acc = [_mm256_setzero_ps(); $rn];
             for b in 0..nb {
                 // SAFETY: unit `b < nb` lies inside `group`.
-                let u = unsafe { group.as_ptr().add(b * Q4K_UNIT) };
-                // SAFETY: d and dmin of the 8 rows open the unit (16 bytes each).
-                let (dw, dmin) = unsafe {
-                    (
-                        _mm256_cvtph_ps(_mm_loadu_si128(u as *const __m128i)),
-                        _mm256_cvtph_ps(_mm_loadu_si128(u.add(16) as *const __m128i)),
-                    )
-                };
-                let (sc, mins) = prep_q4k(u);
+                let u = unsafe { group.as_ptr().add(b * $unit) };
+                let prep = $prep(u);
                 for j in 0..$rn {
                     // SAFETY: block `b < nb` of each activation row exists.
                     let bx = unsafe { x[j].as_ptr().add(b * Q8K) };
                     // SAFETY: the block's f32 scale is its first 4 bytes.
                     let dx = _mm256_set1_ps(unsafe { (bx as *const f32).read_unaligned() });
-                    let (isum, msum) = sums_q4k(&sc, &mins, u, bx);
-                    acc[j] =
-                        _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(isum), acc[j]);
-                    acc[j] =
-                        _mm256_fnmadd_ps(_mm256_mul_ps(dmin, dx), _mm256_cvtepi32_ps(msum), acc[j]);
+                    acc[j] = $step(&prep, u, bx, dx, acc[j]);
                 }
             }
             let mut out = [[0f32; 8]; $rn];
@@ -325,8 +332,31 @@ macro_rules! k8 {
     };
 }
 
-k8!(gemv_q4_kx8, gemv_q4_kx8_impl, 1);
-k8!(gemm_q4_kx8, gemm_q4_kx8_impl, X8_N);
+/// Q4_K: `acc + d * dx * sum_j sc_j q.x - dmin * dx * sum_j m_j sum(x)`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn step_q4k(p: &Q4kPrep, u: *const u8, bx: *const u8, dx: __m256, acc: __m256) -> __m256 {
+    let (isum, msum) = sums_q4k(&p.sc, &p.mins, u, bx);
+    let acc = _mm256_fmadd_ps(_mm256_mul_ps(p.d, dx), _mm256_cvtepi32_ps(isum), acc);
+    _mm256_fnmadd_ps(_mm256_mul_ps(p.dmin, dx), _mm256_cvtepi32_ps(msum), acc)
+}
+
+k8!(
+    gemv_q4_kx8,
+    gemv_q4_kx8_impl,
+    1,
+    Q4K_UNIT,
+    prep_q4k,
+    step_q4k
+);
+k8!(
+    gemm_q4_kx8,
+    gemm_q4_kx8_impl,
+    X8_N,
+    Q4K_UNIT,
+    prep_q4k,
+    step_q4k
+);
 
 const Q6K_UNIT: usize = crate::quant::repack_q6k::Q6K_UNIT;
 
@@ -334,7 +364,7 @@ const Q6K_UNIT: usize = crate::quant::repack_q6k::Q6K_UNIT;
 /// and the scales of groups `2p, 2p + 1` as i16 pairs per row lane.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn prep_q6k(u: *const u8) -> ([__m256i; 16], [__m256i; 8]) {
+fn prep_q6k(u: *const u8) -> Q6kPrep {
     let low = _mm256_set1_epi32(0xffff);
     let mut sc = [_mm256_setzero_si256(); 16];
     let mut pairs = [_mm256_setzero_si256(); 8];
@@ -354,7 +384,25 @@ fn prep_q6k(u: *const u8) -> ([__m256i; 16], [__m256i; 8]) {
         };
         pairs[p] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(a, b));
     }
-    (sc, pairs)
+    // SAFETY: the 8 rows' d open the unit (16 bytes).
+    let d = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(u as *const __m128i) });
+    Q6kPrep { sc, pairs, d }
+}
+
+/// What [`prep_q6k`] decodes from a Q6_K unit.
+struct Q6kPrep {
+    sc: [__m256i; 16],
+    pairs: [__m256i; 8],
+    d: __m256,
+}
+
+/// Q6_K: stored values are `q + 32`, so take `32 * sum_g sc_g sum(x)` back off.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn step_q6k(p: &Q6kPrep, u: *const u8, bx: *const u8, dx: __m256, acc: __m256) -> __m256 {
+    let (isum, osum) = sums_q6k(&p.sc, &p.pairs, u, bx);
+    let total = _mm256_sub_epi32(isum, _mm256_slli_epi32(osum, 5));
+    _mm256_fmadd_ps(_mm256_mul_ps(p.d, dx), _mm256_cvtepi32_ps(total), acc)
 }
 
 /// Q6_K: the eight rows' `sum_g sc_g * sum(v * x)` and `sum_g sc_g * sum(x)`
@@ -396,47 +444,19 @@ fn sums_q6k(
     (isum, osum)
 }
 
-macro_rules! q6k8 {
-    ($name:ident, $impl_name:ident, $rn:expr) => {
-        /// One eight-row Q6_K group times Q8_K activation rows.
-        pub fn $name(group: &[u8], x: [&[u8]; $rn]) -> [[f32; 8]; $rn] {
-            let nb = x
-                .iter()
-                .fold(group.len() / Q6K_UNIT, |m, r| m.min(r.len() / Q8K));
-            // SAFETY: features detected by the kernel table; `nb` whole blocks everywhere.
-            unsafe { $impl_name(&group[..nb * Q6K_UNIT], x, nb) }
-        }
-
-        #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn $impl_name(group: &[u8], x: [&[u8]; $rn], nb: usize) -> [[f32; 8]; $rn] {
-            let mut acc = [_mm256_setzero_ps(); $rn];
-            for b in 0..nb {
-                // SAFETY: unit `b < nb` lies inside `group`.
-                let u = unsafe { group.as_ptr().add(b * Q6K_UNIT) };
-                // SAFETY: the 8 rows' d open the unit (16 bytes).
-                let dw = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(u as *const __m128i) });
-                let (sc, pairs) = prep_q6k(u);
-                for j in 0..$rn {
-                    // SAFETY: block `b < nb` of each activation row exists.
-                    let bx = unsafe { x[j].as_ptr().add(b * Q8K) };
-                    // SAFETY: the block's f32 scale is its first 4 bytes.
-                    let dx = _mm256_set1_ps(unsafe { (bx as *const f32).read_unaligned() });
-                    let (isum, osum) = sums_q6k(&sc, &pairs, u, bx);
-                    // Stored values are q + 32: take 32 * sum(sc * x) back off.
-                    let total = _mm256_sub_epi32(isum, _mm256_slli_epi32(osum, 5));
-                    acc[j] =
-                        _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(total), acc[j]);
-                }
-            }
-            let mut out = [[0f32; 8]; $rn];
-            for j in 0..$rn {
-                // SAFETY: `out[j]` holds 8 floats.
-                unsafe { _mm256_storeu_ps(out[j].as_mut_ptr(), acc[j]) };
-            }
-            out
-        }
-    };
-}
-
-q6k8!(gemv_q6_kx8, gemv_q6_kx8_impl, 1);
-q6k8!(gemm_q6_kx8, gemm_q6_kx8_impl, X8_N);
+k8!(
+    gemv_q6_kx8,
+    gemv_q6_kx8_impl,
+    1,
+    Q6K_UNIT,
+    prep_q6k,
+    step_q6k
+);
+k8!(
+    gemm_q6_kx8,
+    gemm_q6_kx8_impl,
+    X8_N,
+    Q6K_UNIT,
+    prep_q6k,
+    step_q6k
+);
