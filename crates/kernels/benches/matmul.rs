@@ -22,6 +22,7 @@ fn bench(c: &mut Criterion) {
         for ty in [
             GgmlType::Q8_0,
             GgmlType::Q4_0,
+            GgmlType::Q5_0,
             GgmlType::Q4K,
             GgmlType::Q6K,
             GgmlType::F16,
@@ -35,37 +36,46 @@ fn bench(c: &mut Criterion) {
                 quantize_row(ty, src, dst).unwrap();
             }
             let w = WeightMatrix::new(ty, rows, cols, &wq).unwrap();
-            let mut group = c.benchmark_group(format!("matmul/{shape}/{}", ty.name()));
-            group.throughput(Throughput::Bytes(wq.len() as u64));
-            for n in [1usize, 8, 64] {
-                if rows * cols > 4_000_000 && n == 64 {
-                    continue;
-                }
-                let x: Vec<f32> = (0..n * cols).map(|_| rng.gen_range(-1.0..1.0)).collect();
-                let mut out = vec![0.0f32; n * rows];
-                group.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, _| {
-                    b.iter(|| matmul(&w, &x, &mut out, threads).unwrap())
-                });
-            }
-            group.finish();
+            let bytes = wq.len() as u64;
+            run_group(
+                c,
+                &mut rng,
+                &format!("matmul/{shape}/{}", ty.name()),
+                &w,
+                bytes,
+                threads,
+            );
             if let Some(packed) = hasten_kernels::quant::repack::repack_x8(ty, &wq, rows, cols) {
                 let w = w.with_packed(&packed).unwrap();
-                let mut group = c.benchmark_group(format!("matmul/{shape}/{}x8", ty.name()));
-                group.throughput(Throughput::Bytes(wq.len() as u64));
-                for n in [1usize, 8, 64] {
-                    if rows * cols > 4_000_000 && n == 64 {
-                        continue;
-                    }
-                    let x: Vec<f32> = (0..n * cols).map(|_| rng.gen_range(-1.0..1.0)).collect();
-                    let mut out = vec![0.0f32; n * rows];
-                    group.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, _| {
-                        b.iter(|| matmul(&w, &x, &mut out, threads).unwrap())
-                    });
-                }
-                group.finish();
+                let name = format!("matmul/{shape}/{}x8", ty.name());
+                run_group(c, &mut rng, &name, &w, bytes, threads);
             }
         }
     }
+}
+
+/// One group: the matrix times 1, 8 and (for the smaller shape) 64 activation rows.
+fn run_group(
+    c: &mut Criterion,
+    rng: &mut rand_chacha::ChaCha8Rng,
+    name: &str,
+    w: &WeightMatrix<'_>,
+    bytes: u64,
+    threads: Threads,
+) {
+    let mut group = c.benchmark_group(name);
+    group.throughput(Throughput::Bytes(bytes));
+    for n in [1usize, 8, 64] {
+        if w.rows * w.cols > 4_000_000 && n == 64 {
+            continue;
+        }
+        let x: Vec<f32> = (0..n * w.cols).map(|_| rng.gen_range(-1.0..1.0)).collect();
+        let mut out = vec![0.0f32; n * w.rows];
+        group.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, _| {
+            b.iter(|| matmul(w, &x, &mut out, threads).unwrap())
+        });
+    }
+    group.finish();
 }
 
 criterion_group!(benches, bench);
