@@ -405,15 +405,23 @@ mod tests {
         assert!(repack_x8(GgmlType::Q5K, &[0; 176 * 8], 8, 256).is_none());
     }
 
-    #[test]
-    fn q4_k_groups_match_the_row_dots_on_every_tier() {
-        use crate::quant::dot::{dot_q4_k_q8_k, quantize_q8_k_act, Q8_K_BYTES};
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(13);
+    /// The x8 form of a K-quant type against its row dot, and every tier's
+    /// kernels against the x8 reference.
+    fn check_k_quant_x8(
+        ty: GgmlType,
+        unit: usize,
+        x8_dot: fn(&[u8], &[u8]) -> [f32; 8],
+        row_dot: fn(&[u8], &[u8]) -> f32,
+        tier: fn(&Kernels) -> (crate::cpu::K8Gemv, crate::cpu::K8Gemm),
+        seed: u64,
+    ) {
+        use crate::quant::dot::{quantize_q8_k_act, Q8_K_BYTES};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
         for (rows, blocks) in [(8, 1), (16, 3)] {
             let cols = 256 * blocks;
-            let w = weights(&mut rng, GgmlType::Q4K, rows, cols);
-            let rb = 144 * blocks;
-            let packed = repack_q4_kx8(&w, rows, cols).unwrap();
+            let w = weights(&mut rng, ty, rows, cols);
+            let rb = ty.row_bytes(cols).unwrap();
+            let packed = repack_x8(ty, &w, rows, cols).unwrap();
             let mut xq = vec![0u8; Q8_K_BYTES * blocks * X8_N];
             for r in xq.chunks_exact_mut(Q8_K_BYTES * blocks) {
                 let src: Vec<f32> = (0..cols)
@@ -430,15 +438,15 @@ mod tests {
             let x: [&[u8]; X8_N] = std::array::from_fn(|j| {
                 &xq[Q8_K_BYTES * blocks * j..Q8_K_BYTES * blocks * (j + 1)]
             });
-            for (g, group) in packed.chunks_exact(blocks * Q4K_UNIT).enumerate() {
+            for (g, group) in packed.chunks_exact(blocks * unit).enumerate() {
                 for j in 0..X8_N {
-                    let got = dot_q4_kx8(group, x[j]);
+                    let got = x8_dot(group, x[j]);
                     for r in 0..8 {
-                        let want = dot_q4_k_q8_k(&w[(8 * g + r) * rb..][..rb], x[j]);
+                        let want = row_dot(&w[(8 * g + r) * rb..][..rb], x[j]);
                         let tol = 1e-4 * want.abs().max(1.0);
                         assert!(
                             (got[r] - want).abs() <= tol,
-                            "{rows}x{cols} ({r},{j}): {} vs {want}",
+                            "{ty} {rows}x{cols} ({r},{j}): {} vs {want}",
                             got[r]
                         );
                     }
@@ -446,18 +454,52 @@ mod tests {
                         if isa > supported() {
                             continue;
                         }
-                        let (gemv, gemm) = Kernels::for_isa(isa).q4_kx8;
+                        let (gemv, gemm) = tier(&Kernels::for_isa(isa));
                         let [one] = gemv(group, [x[j]]);
                         let many = gemm(group, x);
                         for r in 0..8 {
-                            let tol = 1e-5 * got[r].abs().max(1.0) * blocks as f32;
-                            assert!((one[r] - got[r]).abs() <= tol, "{isa:?} {rows}x{cols}");
-                            assert!((many[j][r] - got[r]).abs() <= tol, "{isa:?} {rows}x{cols}");
+                            let tol = 1e-4 * got[r].abs().max(1.0);
+                            assert!((one[r] - got[r]).abs() <= tol, "{ty} {isa:?} {rows}x{cols}");
+                            assert!(
+                                (many[j][r] - got[r]).abs() <= tol,
+                                "{ty} {isa:?} {rows}x{cols}"
+                            );
                         }
                     }
                 }
             }
         }
-        assert!(repack_q4_kx8(&[0; 144 * 4], 4, 256).is_none());
+        assert!(repack_x8(ty, &vec![0; rb_of(ty) * 4], 4, 256).is_none());
+    }
+
+    fn rb_of(ty: GgmlType) -> usize {
+        ty.row_bytes(256).unwrap()
+    }
+
+    #[test]
+    fn q4_k_groups_match_the_row_dots_on_every_tier() {
+        use crate::quant::dot::dot_q4_k_q8_k;
+        check_k_quant_x8(
+            GgmlType::Q4K,
+            Q4K_UNIT,
+            dot_q4_kx8,
+            dot_q4_k_q8_k,
+            |k| k.q4_kx8,
+            13,
+        );
+    }
+
+    #[test]
+    fn q6_k_groups_match_the_row_dots_on_every_tier() {
+        use crate::quant::dot::dot_q6_k_q8_k;
+        use crate::quant::repack_q6k::{dot_q6_kx8, Q6K_UNIT};
+        check_k_quant_x8(
+            GgmlType::Q6K,
+            Q6K_UNIT,
+            dot_q6_kx8,
+            dot_q6_k_q8_k,
+            |k| k.q6_kx8,
+            14,
+        );
     }
 }
