@@ -53,6 +53,8 @@ pub struct Seq {
     first_token: Option<Instant>,
     last_token: Option<Instant>,
     preemptions: u32,
+    /// The output ended at a stop string (its text is not shown).
+    stop_string_seen: bool,
 }
 
 impl Seq {
@@ -77,6 +79,7 @@ impl Seq {
             first_token: None,
             last_token: None,
             preemptions: 0,
+            stop_string_seen: false,
         }
     }
 
@@ -450,15 +453,13 @@ impl Core {
     }
 
     fn finish(&mut self, mut seq: Seq, reason: FinishReason, now: Instant) {
-        let mut text = String::new();
-        if reason != FinishReason::Stop {
-            let rest = seq.detok.flush();
-            let tail = seq.stops.push(&rest);
-            text = tail.text;
-            if !tail.stopped {
-                text.push_str(&seq.stops.finish());
-            }
-        }
+        // A stop string ends the text where it starts; any other end releases
+        // what was held back (an incomplete character or stop-string prefix).
+        let text = if seq.stop_string_seen {
+            String::new()
+        } else {
+            held_text(&mut seq)
+        };
         let timing = seq.timing(now);
         let fin = Finish {
             reason,
@@ -546,6 +547,7 @@ fn emit_token(
     s.generated += 1;
     m.generated_tokens += 1;
     let shown = s.stops.push(&s.detok.push(tok.token_bytes(t)));
+    s.stop_string_seen = shown.stopped;
     let logprobs = dist.map(|((lse, top), raw)| TokenLogprobs {
         logprob: raw[t as usize] - lse,
         top,
@@ -564,6 +566,17 @@ fn emit_token(
     } else {
         None
     }
+}
+
+/// The text still held by the detokenizer and the stop matcher.
+fn held_text(s: &mut Seq) -> String {
+    let rest = s.detok.flush();
+    let tail = s.stops.push(&rest);
+    let mut text = tail.text;
+    if !tail.stopped {
+        text.push_str(&s.stops.finish());
+    }
+    text
 }
 
 /// The log-sum-exp of the raw logits and the `n` best (token, logprob).

@@ -351,6 +351,35 @@ fn finish_reasons_stop_strings_and_logprobs() {
             "{shown:?} shows the stop string {text:?}"
         );
     }
+    // A stop token while a possible stop-string prefix is held back: the
+    // held text comes out in the final record, nothing is lost.
+    let cut = free.iter().position(|&t| t == free[5]).unwrap();
+    if cut >= 2 {
+        let mut full_text = |stop: Vec<String>| {
+            let mut s = spec(p.clone(), 12);
+            s.stop_tokens = vec![free[5]];
+            s.stop = stop;
+            let mut rx = d.submit(s);
+            d.run_to_idle();
+            let mut shown = String::new();
+            loop {
+                match rx.try_recv().unwrap() {
+                    Event::Token(t) => shown.push_str(&t.text),
+                    Event::Finished(f) => return (shown, f.text, f.reason),
+                    Event::Failed(m) => panic!("{m}"),
+                }
+            }
+        };
+        let (plain, plain_tail, _) = full_text(vec![]);
+        let last = tok.decode(&free[cut - 1..cut]);
+        let (held, tail, reason) = full_text(vec![format!("{last}\u{1}never")]);
+        assert_eq!(reason, FinishReason::Stop);
+        assert_eq!(
+            held.clone() + &tail,
+            plain.clone() + &plain_tail,
+            "held {held:?} + {tail:?}"
+        );
+    }
     // Log-probabilities: the greedy token is the best alternative.
     let mut s = spec(p, 3);
     s.logprobs = Some(4);
