@@ -125,6 +125,7 @@ pub fn main(a: Args) -> Result<()> {
     let mut ttft_s = None;
     let mut generated = 0usize;
     let mut finish = "length";
+    let mut stop_string = false;
     let t_decode = Instant::now();
     while generated < max_new {
         let next = sampler.sample(&mut logits, &history);
@@ -140,6 +141,7 @@ pub fn main(a: Args) -> Result<()> {
         out.flush()?;
         if shown.stopped {
             finish = "stop";
+            stop_string = true;
             break;
         }
         if generated == max_new {
@@ -147,7 +149,9 @@ pub fn main(a: Args) -> Result<()> {
         }
         logits = session.feed(&[next])?;
     }
-    if finish == "length" {
+    // Only a stop string ends the text where it starts; any other end
+    // (length, end of sequence) shows what was held back.
+    if !stop_string {
         let rest = detok.flush();
         let tail = stops.push(&rest);
         out.write_all(tail.text.as_bytes())?;
