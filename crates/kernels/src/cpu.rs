@@ -127,45 +127,50 @@ pub type K8Gemv = fn(group: &[u8], x: [&[u8]; 1]) -> [[f32; 8]; 1];
 /// The same against [`X8_N`] Q8_K activation rows.
 pub type K8Gemm = fn(group: &[u8], x: [&[u8]; X8_N]) -> [[f32; 8]; X8_N];
 
-fn q4_kx8_gemv_ref(group: &[u8], x: [&[u8]; 1]) -> [[f32; 8]; 1] {
-    [crate::quant::repack::dot_q4_kx8(group, x[0])]
+/// The scalar-tier x8 kernels: the reference dot of [`crate::quant::repack`]
+/// for one row and mapped over [`X8_N`] rows.
+macro_rules! x8_ref {
+    ($gemv:ident, $gemm:ident, $row:ty, $dot:path) => {
+        fn $gemv(group: &[u8], x: [$row; 1]) -> [[f32; 8]; 1] {
+            [$dot(group, x[0])]
+        }
+
+        fn $gemm(group: &[u8], x: [$row; X8_N]) -> [[f32; 8]; X8_N] {
+            x.map(|r| $dot(group, r))
+        }
+    };
 }
 
-fn q4_kx8_gemm_ref(group: &[u8], x: [&[u8]; X8_N]) -> [[f32; 8]; X8_N] {
-    x.map(|r| crate::quant::repack::dot_q4_kx8(group, r))
-}
-
-fn q6_kx8_gemv_ref(group: &[u8], x: [&[u8]; 1]) -> [[f32; 8]; 1] {
-    [crate::quant::repack_q6k::dot_q6_kx8(group, x[0])]
-}
-
-fn q6_kx8_gemm_ref(group: &[u8], x: [&[u8]; X8_N]) -> [[f32; 8]; X8_N] {
-    x.map(|r| crate::quant::repack_q6k::dot_q6_kx8(group, r))
-}
-
-fn q4_0x8_gemv_ref(group: &[u8], x: [Q8Row<'_>; 1]) -> [[f32; 8]; 1] {
-    [crate::quant::repack::dot_q4_0x8(group, x[0])]
-}
-
-fn q4_0x8_gemm_ref(group: &[u8], x: [Q8Row<'_>; X8_N]) -> [[f32; 8]; X8_N] {
-    x.map(|r| crate::quant::repack::dot_q4_0x8(group, r))
-}
-
-fn q5_0x8_gemv_ref(group: &[u8], x: [Q8Row<'_>; 1]) -> [[f32; 8]; 1] {
-    [crate::quant::repack::dot_q5_0x8(group, x[0])]
-}
-
-fn q5_0x8_gemm_ref(group: &[u8], x: [Q8Row<'_>; X8_N]) -> [[f32; 8]; X8_N] {
-    x.map(|r| crate::quant::repack::dot_q5_0x8(group, r))
-}
-
-fn q8_0x8_gemv_ref(group: &[u8], x: [Q8Row<'_>; 1]) -> [[f32; 8]; 1] {
-    [crate::quant::repack::dot_q8_0x8(group, x[0])]
-}
-
-fn q8_0x8_gemm_ref(group: &[u8], x: [Q8Row<'_>; X8_N]) -> [[f32; 8]; X8_N] {
-    x.map(|r| crate::quant::repack::dot_q8_0x8(group, r))
-}
+x8_ref!(
+    q4_kx8_gemv_ref,
+    q4_kx8_gemm_ref,
+    &[u8],
+    crate::quant::repack::dot_q4_kx8
+);
+x8_ref!(
+    q6_kx8_gemv_ref,
+    q6_kx8_gemm_ref,
+    &[u8],
+    crate::quant::repack_q6k::dot_q6_kx8
+);
+x8_ref!(
+    q4_0x8_gemv_ref,
+    q4_0x8_gemm_ref,
+    Q8Row<'_>,
+    crate::quant::repack::dot_q4_0x8
+);
+x8_ref!(
+    q5_0x8_gemv_ref,
+    q5_0x8_gemm_ref,
+    Q8Row<'_>,
+    crate::quant::repack::dot_q5_0x8
+);
+x8_ref!(
+    q8_0x8_gemv_ref,
+    q8_0x8_gemm_ref,
+    Q8Row<'_>,
+    crate::quant::repack::dot_q8_0x8
+);
 
 /// Fills the per-block `d` and `ds` of [`Q8Row`] for Q8_0 blocks `q`, for
 /// weights of type `ty`.
