@@ -1,4 +1,5 @@
-//! Causal grouped-query attention of one query row over a paged KV cache.
+//! Causal grouped-query attention over a paged KV cache: one query row at a
+//! time (the reference) or a tile of consecutive tokens and query heads.
 //!
 //! The cache of one layer is a pool of blocks, each `block_size` token slots
 //! of `n_kv_heads * head_dim` f16 values for K and for V. A sequence's block
@@ -88,50 +89,67 @@ pub fn attend_head(
     }
 }
 
-/// Attention of the `q.len() / head_dim` query heads that share KV head
-/// `kvh` (grouped-query attention) over positions `0..n_ctx`: each K and V
-/// row is read and widened once for the whole group. `q` and `out` hold the
-/// group's heads in order; `scores` must hold `group * n_ctx` values.
-/// Runs the tier's kernel ([`crate::cpu::Kernels::attend_group`]).
-pub fn attend_group(
-    q: &[f32],
-    kvh: usize,
-    kv: &PagedKv<'_>,
-    table: &[u32],
-    n_ctx: usize,
-    scale: f32,
-    scores: &mut [f32],
-    out: &mut [f32],
-) {
-    (crate::cpu::kernels().attend_group)(q, kvh, kv, table, n_ctx, scale, scores, out)
+/// One KV head of one sequence's cache, as attention reads it.
+#[derive(Debug, Clone, Copy)]
+pub struct HeadView<'a> {
+    pub kv: PagedKv<'a>,
+    /// The sequence's block table.
+    pub table: &'a [u32],
+    /// Which KV head.
+    pub kvh: usize,
+    /// Score scale, usually `1 / sqrt(head_dim)`.
+    pub scale: f32,
 }
 
-/// The reference of [`attend_group`]: [`attend_head`] for each head of the group.
-pub fn attend_group_reference(
+/// Length of the `scores` buffer [`attend_tile`] needs for `t` tokens of
+/// `group` query heads, the first of which sees `n_ctx` positions: one row
+/// per (token, head), each padded to a multiple of 8 positions.
+pub fn tile_scores_len(t: usize, group: usize, n_ctx: usize) -> usize {
+    t * group * (n_ctx + t.max(1) - 1).next_multiple_of(8)
+}
+
+/// Causal grouped-query attention of `t` consecutive tokens of one sequence
+/// over the KV head `view`: `q` and `out` are `[t][group][head_dim]`, and
+/// token `i` sees positions `0..n_ctx + i` (its own included). Every K and V
+/// row is read and widened once for all `t * group` query rows, so prefill
+/// tiles and wide query groups pay for the cache once. `scores` must hold
+/// [`tile_scores_len`] values. Runs the tier's kernel
+/// ([`crate::cpu::Kernels::attend_tile`]).
+pub fn attend_tile(
+    view: &HeadView<'_>,
     q: &[f32],
-    kvh: usize,
-    kv: &PagedKv<'_>,
-    table: &[u32],
+    t: usize,
     n_ctx: usize,
-    scale: f32,
     scores: &mut [f32],
     out: &mut [f32],
 ) {
-    let hd = kv.head_dim;
-    let g = q.len() / hd;
-    for h in 0..g {
+    (crate::cpu::kernels().attend_tile)(view, q, t, n_ctx, scores, out)
+}
+
+/// The reference of [`attend_tile`]: [`attend_head`] for each token and head.
+pub fn attend_tile_reference(
+    view: &HeadView<'_>,
+    q: &[f32],
+    t: usize,
+    n_ctx: usize,
+    scores: &mut [f32],
+    out: &mut [f32],
+) {
+    let hd = view.kv.head_dim;
+    let g = q.len() / (t * hd).max(1);
+    for i in 0..t * g {
         // `attend_head` maps a head to its KV head by `head / group`; pass one
         // that lands on `kvh` with a model of `g * n_kv_heads` heads.
         attend_head(
-            &q[h * hd..(h + 1) * hd],
-            kvh * g + h,
-            kv,
-            table,
-            n_ctx,
-            g * kv.n_kv_heads,
-            scale,
+            &q[i * hd..(i + 1) * hd],
+            view.kvh * g + i % g,
+            &view.kv,
+            view.table,
+            n_ctx + i / g,
+            g * view.kv.n_kv_heads,
+            view.scale,
             scores,
-            &mut out[h * hd..(h + 1) * hd],
+            &mut out[i * hd..(i + 1) * hd],
         );
     }
 }
@@ -141,9 +159,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn grouped_attention_matches_per_head_attention_on_every_tier() {
+    fn tile_attention_matches_per_head_attention_on_every_tier() {
         use crate::cpu::{supported, Isa, Kernels};
-        for (bs, nkv, hd, g, n_ctx) in [(4, 2, 8, 3, 11), (16, 1, 64, 8, 40), (16, 3, 24, 1, 5)] {
+        // (block size, KV heads, head dim, group, tokens, first context)
+        for (bs, nkv, hd, g, t, n_ctx) in [
+            (4, 2, 8, 3, 1, 11),
+            (4, 2, 8, 3, 5, 9),
+            (16, 1, 64, 8, 1, 40),
+            (16, 1, 64, 8, 4, 17),
+            (16, 3, 24, 1, 3, 5),
+            (16, 1, 136, 2, 7, 1),
+            (8, 2, 72, 4, 2, 30),
+        ] {
             let kv_dim = nkv * hd;
             let table = [2u32, 0, 3, 1];
             let n_blocks = 4;
@@ -157,31 +184,41 @@ mod tests {
                 n_kv_heads: nkv,
                 head_dim: hd,
             };
-            let q: Vec<f32> = (0..g * hd).map(|i| (i as f32 * 0.7).cos()).collect();
-            let n_ctx = n_ctx.min(table.len() * bs);
+            let n_ctx = n_ctx.min(table.len() * bs + 1 - t);
+            let q: Vec<f32> = (0..t * g * hd).map(|i| (i as f32 * 0.7).cos()).collect();
             for kvh in 0..nkv {
-                let mut scores = vec![0.0; g * n_ctx];
-                let mut want = vec![0.0; g * hd];
-                attend_group_reference(&q, kvh, &kv, &table, n_ctx, 0.3, &mut scores, &mut want);
+                let view = HeadView {
+                    kv,
+                    table: &table,
+                    kvh,
+                    scale: 0.3,
+                };
+                let mut scores = vec![0.0; tile_scores_len(t, g, n_ctx)];
+                let mut want = vec![0.0; t * g * hd];
+                attend_tile_reference(&view, &q, t, n_ctx, &mut scores, &mut want);
+                // Token i of the tile is the one-token case at context n_ctx + i.
+                let mut one = vec![0.0; g * hd];
+                let i = t - 1;
+                attend_tile_reference(
+                    &view,
+                    &q[i * g * hd..(i + 1) * g * hd],
+                    1,
+                    n_ctx + i,
+                    &mut scores,
+                    &mut one,
+                );
+                assert_eq!(one, want[i * g * hd..]);
                 for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
                     if isa > supported() {
                         continue;
                     }
-                    let mut got = vec![0.0; g * hd];
-                    (Kernels::for_isa(isa).attend_group)(
-                        &q,
-                        kvh,
-                        &kv,
-                        &table,
-                        n_ctx,
-                        0.3,
-                        &mut scores,
-                        &mut got,
-                    );
+                    let mut got = vec![f32::NAN; t * g * hd];
+                    scores.fill(f32::NAN);
+                    (Kernels::for_isa(isa).attend_tile)(&view, &q, t, n_ctx, &mut scores, &mut got);
                     for (a, b) in got.iter().zip(&want) {
                         assert!(
                             (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
-                            "{isa:?} hd={hd} g={g}: {a} vs {b}"
+                            "{isa:?} hd={hd} g={g} t={t}: {a} vs {b}"
                         );
                     }
                 }

@@ -103,14 +103,13 @@ pub fn zero_offset(ty: GgmlType) -> f32 {
     }
 }
 
-/// Grouped-query attention of one token (see [`crate::attention::attend_group`]).
-pub type AttendGroup = fn(
+/// Causal attention of a tile of tokens and grouped query heads (see
+/// [`crate::attention::attend_tile`]).
+pub type AttendTile = fn(
+    view: &crate::attention::HeadView<'_>,
     q: &[f32],
-    kvh: usize,
-    kv: &crate::attention::PagedKv<'_>,
-    table: &[u32],
+    t: usize,
     n_ctx: usize,
-    scale: f32,
     scores: &mut [f32],
     out: &mut [f32],
 );
@@ -228,8 +227,8 @@ pub struct Kernels {
     pub kv_dot: fn(&[f32], &[half::f16]) -> f32,
     /// `out += w * V row` (attention's weighted sum).
     pub kv_axpy: fn(&mut [f32], f32, &[half::f16]),
-    /// Attention of the query heads sharing one KV head.
-    pub attend_group: AttendGroup,
+    /// Attention of a tile of tokens x the query heads sharing one KV head.
+    pub attend_tile: AttendTile,
 }
 
 impl QuantPath {
@@ -294,7 +293,7 @@ impl Kernels {
             f16_dot: r::dot_f16_f32,
             kv_dot: r::dot_f32_f16,
             kv_axpy: r::axpy_f16,
-            attend_group: crate::attention::attend_group_reference,
+            attend_tile: crate::attention::attend_tile_reference,
         };
         #[cfg(target_arch = "x86_64")]
         if isa >= Isa::Avx2 && supported() >= Isa::Avx2 {
@@ -339,7 +338,7 @@ impl Kernels {
                 f16_dot: avx2::dot_f16_f32,
                 kv_dot: avx2::dot_f32_f16,
                 kv_axpy: avx2::axpy_f16,
-                attend_group: crate::simd::avx2_attn::attend_group,
+                attend_tile: crate::simd::avx2_attn::attend_tile,
             };
         }
         let _ = isa;

@@ -19,7 +19,7 @@ use crate::config::{Arch, Config};
 use crate::kv::KvCache;
 use crate::weights::{Tensor, TensorSource};
 use crate::{Error, Result};
-use hasten_kernels::attention::attend_group;
+use hasten_kernels::attention::{attend_tile, tile_scores_len, HeadView};
 use hasten_kernels::matmul::matmul;
 use hasten_kernels::ops::{add_assign, rms_norm, silu_mul, Rope};
 use hasten_kernels::threads::{par_chunks, Threads};
@@ -98,9 +98,14 @@ struct Layer {
     w_down: Tensor,
 }
 
+/// Consecutive tokens of one sequence whose attention runs as one tile.
+const ATTN_TILE: usize = 8;
+
 thread_local! {
-    /// Attention scores of the query heads in flight on this thread (grown, never shrunk).
-    static SCORES: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Attention scores and the gathered queries of the tile in flight on
+    /// this thread (grown, never shrunk).
+    static ATTN_BUF: std::cell::RefCell<(Vec<f32>, Vec<f32>)> =
+        const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
 
 /// A loaded Llama-family model. Weights stay in their mapped files.
@@ -375,38 +380,49 @@ impl Model {
             let q = &*q;
             let (n_kv, group) = (c.n_kv_heads, c.n_heads / c.n_kv_heads);
             // One work item per (KV head, token), KV heads outermost: each
-            // K/V row serves the whole group of query heads, and contiguous
-            // pieces mix short and long contexts, balancing the threads
-            // during prefill. `att_t` is [kv head][token][group][head_dim].
-            par_chunks(
-                &mut s.att_t[..t * qd],
-                group * hd,
-                threads,
-                |first, piece| {
-                    SCORES.with(|sc| {
-                        let mut sc = sc.borrow_mut();
-                        for (i, out) in piece.chunks_exact_mut(group * hd).enumerate() {
-                            let (kvh, j) = ((first + i) / t, (first + i) % t);
-                            let (seq, pos) = tok[j];
-                            let need = group * (pos + 1);
-                            if sc.len() < need {
-                                sc.resize(need, 0.0);
-                            }
-                            let qg = &q[j * qd + kvh * group * hd..j * qd + (kvh + 1) * group * hd];
-                            attend_group(
-                                qg,
-                                kvh,
-                                &paged,
-                                batch[seq].block_table,
-                                pos + 1,
-                                scale,
-                                &mut sc[..need],
-                                out,
-                            );
+            // contiguous piece mixes short and long contexts, balancing the
+            // threads during prefill. Inside a piece, runs of up to
+            // ATTN_TILE consecutive tokens of one sequence form a tile whose
+            // K/V rows are read once for all its tokens and query heads.
+            // `att_t` is [kv head][token][group][head_dim].
+            let gq = group * hd;
+            par_chunks(&mut s.att_t[..t * qd], gq, threads, |first, piece| {
+                ATTN_BUF.with(|buf| {
+                    let (sc, qt) = &mut *buf.borrow_mut();
+                    let items = piece.len() / gq;
+                    let mut i = 0;
+                    while i < items {
+                        let (kvh, j) = ((first + i) / t, (first + i) % t);
+                        let (seq, pos) = tok[j];
+                        let mut n = 1;
+                        while n < ATTN_TILE
+                            && i + n < items
+                            && j + n < t
+                            && tok[j + n] == (seq, pos + n)
+                        {
+                            n += 1;
                         }
-                    })
-                },
-            );
+                        qt.clear();
+                        for tj in j..j + n {
+                            let at = tj * qd + kvh * gq;
+                            qt.extend_from_slice(&q[at..at + gq]);
+                        }
+                        let need = tile_scores_len(n, group, pos + 1);
+                        if sc.len() < need {
+                            sc.resize(need, 0.0);
+                        }
+                        let view = HeadView {
+                            kv: paged,
+                            table: batch[seq].block_table,
+                            kvh,
+                            scale,
+                        };
+                        let out = &mut piece[i * gq..(i + n) * gq];
+                        attend_tile(&view, qt, n, pos + 1, &mut sc[..need], out);
+                        i += n;
+                    }
+                })
+            });
             for kvh in 0..n_kv {
                 for j in 0..t {
                     let src = (kvh * t + j) * group * hd;
