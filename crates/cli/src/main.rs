@@ -2,6 +2,7 @@
 //! Errors become `anyhow` reports here and nowhere else.
 
 mod run;
+mod serve;
 mod synth;
 mod tokenize;
 
@@ -22,6 +23,8 @@ struct Cli {
 enum Command {
     /// Generate text from a prompt, streaming it to stdout.
     Run(run::Args),
+    /// Serve a model over an OpenAI-compatible HTTP API.
+    Serve(serve::Args),
     /// Print the token ids of a text.
     Tokenize(tokenize::Args),
     /// Write a synthetic model with random weights (benchmarks, tests).
@@ -32,6 +35,7 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(a) => run::main(a),
+        Command::Serve(a) => serve::main(a),
         Command::Tokenize(a) => tokenize::main(a),
         Command::Synth(a) => synth::main(a),
     };

@@ -171,9 +171,12 @@ fn main() {
         p.extend(tokens(16, suffix_seed));
         let t0 = Instant::now();
         let mut s = e.submit(e.validate(spec(p, 1)).unwrap()).unwrap();
-        match s.blocking_recv() {
-            Some(Event::Token(t)) => (t.at.duration_since(t0), s),
-            _ => panic!("no token"),
+        loop {
+            match s.blocking_recv() {
+                Some(Event::Token(t)) => break (t.at.duration_since(t0), s),
+                Some(Event::Prefill { .. }) => {}
+                _ => panic!("no token"),
+            }
         }
     };
     let (cold, s) = ttft(1);

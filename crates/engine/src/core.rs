@@ -429,6 +429,10 @@ impl Core {
                 publish_full_blocks(&self.pool, s, self.cfg.block_size, self.seed);
             }
             if !want {
+                let _ = s.tx.send(Event::Prefill {
+                    done: s.computed,
+                    total: s.tokens.len(),
+                });
                 continue;
             }
             self.logits

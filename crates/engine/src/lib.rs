@@ -152,6 +152,7 @@ impl RequestStream {
         while let Some(ev) = self.blocking_recv() {
             match ev {
                 Event::Token(t) => toks.push(t),
+                Event::Prefill { .. } => {}
                 Event::Finished(f) => return Ok((toks, f)),
                 Event::Failed(m) => return Err(Error::Config(format!("request failed: {m}"))),
             }

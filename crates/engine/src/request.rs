@@ -181,6 +181,12 @@ pub struct Finish {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
+    /// A prompt chunk was computed: `done` of `total` prompt tokens have KV
+    /// (sent while prefill is unfinished, so streams can show progress).
+    Prefill {
+        done: usize,
+        total: usize,
+    },
     Token(TokenEvent),
     Finished(Finish),
     /// The forward pass failed; the stream ends here.

@@ -120,6 +120,7 @@ fn collect(rx: &mut UnboundedReceiver<Event>) -> (Vec<u32>, Finish) {
             }
             Event::Finished(f) => return (ids, f),
             Event::Failed(m) => panic!("failed: {m}"),
+            Event::Prefill { done, total } => assert!(ids.is_empty() && done < total),
         }
     }
     panic!("stream did not finish");
@@ -343,6 +344,7 @@ fn finish_reasons_stop_strings_and_logprobs() {
                 Event::Token(t) => shown.push_str(&t.text),
                 Event::Finished(f) => break f,
                 Event::Failed(m) => panic!("{m}"),
+                Event::Prefill { .. } => {}
             }
         };
         assert_eq!(fin.reason, FinishReason::Stop);
@@ -367,6 +369,7 @@ fn finish_reasons_stop_strings_and_logprobs() {
                     Event::Token(t) => shown.push_str(&t.text),
                     Event::Finished(f) => return (shown, f.text, f.reason),
                     Event::Failed(m) => panic!("{m}"),
+                    Event::Prefill { .. } => {}
                 }
             }
         };

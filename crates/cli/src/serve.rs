@@ -1,0 +1,170 @@
+//! `hasten serve`: the OpenAI-compatible server on one model. Binds first,
+//! loads the model in the background (`/ready` is 503 until then), and
+//! drains in-flight requests on SIGINT/SIGTERM.
+
+use anyhow::{Context, Result};
+use hasten_engine::{Engine, EngineConfig};
+use hasten_model::chat::{ChatTemplate, FALLBACK_TEMPLATE};
+use hasten_model::loader::load;
+use hasten_server::params::ServerLimits;
+use hasten_server::serve::{serve, shutdown_signal, ServeOptions};
+use hasten_server::{Backend, ServerConfig, Shared};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// A GGUF file or a Hugging Face checkpoint directory.
+    #[arg(long)]
+    model: PathBuf,
+    /// The name clients pass as `model` (default: the file name without extension).
+    #[arg(long)]
+    served_model_name: Option<String>,
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// Accepted API key (repeatable); without any, no key is needed.
+    #[arg(long)]
+    api_key: Vec<String>,
+    /// A file of API keys, one per line.
+    #[arg(long)]
+    api_key_file: Option<PathBuf>,
+    /// Allowed CORS origin (repeatable; `*` for any). CORS is off without one.
+    #[arg(long)]
+    cors_origin: Vec<String>,
+    /// Largest request body in bytes.
+    #[arg(long, default_value_t = 4 << 20)]
+    max_body_bytes: usize,
+    /// Longest prompt in tokens (default: what the context allows).
+    #[arg(long)]
+    max_prompt_tokens: Option<usize>,
+    /// Largest max_tokens a request may ask for (default: what the context allows).
+    #[arg(long)]
+    max_output_tokens: Option<usize>,
+    /// Seconds a request (or a stream) may take before it is cut off.
+    #[arg(long)]
+    request_timeout: Option<f64>,
+    /// Open connections at most; more wait in the listen backlog.
+    #[arg(long, default_value_t = 512)]
+    max_connections: usize,
+    /// Seconds a dropped stream is kept for its client to resume (0: cancel at once).
+    #[arg(long, default_value_t = 5.0)]
+    resume_grace: f64,
+    /// Seconds to let in-flight requests finish after SIGINT/SIGTERM.
+    #[arg(long, default_value_t = 30.0)]
+    shutdown_timeout: f64,
+    /// Worker threads for the model; 0 uses every core.
+    #[arg(long, short = 't', default_value_t = 0)]
+    threads: usize,
+    /// KV cache size in MiB.
+    #[arg(long, default_value_t = 1024)]
+    kv_cache_mib: usize,
+    /// Sequences decoded together at most.
+    #[arg(long, default_value_t = 16)]
+    max_running: usize,
+    /// Requests allowed to wait; more get 429 with Retry-After.
+    #[arg(long, default_value_t = 64)]
+    max_waiting: usize,
+    /// Target inter-token latency in ms (sizes prefill chunks while streams decode).
+    #[arg(long, default_value_t = 50)]
+    itl_target_ms: u64,
+    #[arg(long)]
+    no_prefix_cache: bool,
+}
+
+fn secs(s: f64, name: &str) -> Result<Duration> {
+    Duration::try_from_secs_f64(s)
+        .with_context(|| format!("--{name} must be a non-negative number of seconds"))
+}
+
+pub fn main(a: Args) -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let threads = crate::threads(a.threads)?;
+    let mut api_keys = a.api_key.clone();
+    if let Some(f) = &a.api_key_file {
+        let text =
+            std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+        api_keys.extend(
+            text.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .map(str::to_owned),
+        );
+    }
+    let cfg = ServerConfig {
+        api_keys,
+        cors_origins: a.cors_origin.clone(),
+        max_body_bytes: a.max_body_bytes,
+        limits: ServerLimits {
+            max_prompt_tokens: a.max_prompt_tokens,
+            max_output_tokens: a.max_output_tokens,
+        },
+        request_timeout: a
+            .request_timeout
+            .map(|s| secs(s, "request-timeout"))
+            .transpose()?,
+        resume_grace: secs(a.resume_grace, "resume-grace")?,
+    };
+    let opts = ServeOptions {
+        max_connections: a.max_connections,
+        shutdown_timeout: secs(a.shutdown_timeout, "shutdown-timeout")?,
+    };
+    let name = a.served_model_name.clone().unwrap_or_else(|| {
+        a.model
+            .file_stem()
+            .map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned())
+    });
+    let path = a.model.clone();
+    let (kv_mib, max_running, max_waiting, itl, prefix) = (
+        a.kv_cache_mib,
+        a.max_running,
+        a.max_waiting,
+        Duration::from_millis(a.itl_target_ms),
+        !a.no_prefix_cache,
+    );
+    let loader = move || -> std::result::Result<Backend, String> {
+        let lm = load(&path).map_err(|e| format!("loading {}: {e}", path.display()))?;
+        let template = match lm.template {
+            Some(t) => t,
+            None => ChatTemplate::new(FALLBACK_TEMPLATE, "", "").map_err(|e| e.to_string())?,
+        };
+        let mut ec = EngineConfig::new(
+            EngineConfig::kv_tokens_for_bytes(&lm.model, kv_mib << 20),
+            threads,
+        );
+        ec.max_running = max_running;
+        ec.max_step_tokens = ec.max_step_tokens.max(max_running);
+        ec.max_waiting = max_waiting;
+        ec.itl_target = itl;
+        ec.prefix_cache = prefix;
+        let tokenizer = Arc::new(lm.tokenizer);
+        let engine =
+            Engine::start(Arc::new(lm.model), tokenizer.clone(), ec).map_err(|e| e.to_string())?;
+        Ok(Backend::new(engine, tokenizer, template, name))
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .worker_threads(2)
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(async move {
+        let addr = format!("{}:{}", a.host, a.port);
+        let listener = tokio::net::TcpListener::bind(&addr)
+            .await
+            .with_context(|| format!("binding {addr}"))?;
+        let local = listener.local_addr()?;
+        // Scripts wait for this line to learn the port (with --port 0).
+        eprintln!("hasten serve: listening on http://{local}");
+        serve(Shared::new(cfg), listener, opts, loader, shutdown_signal())
+            .await
+            .map_err(anyhow::Error::msg)
+    })
+}

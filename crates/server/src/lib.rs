@@ -1,0 +1,138 @@
+//! hasten-server: the OpenAI-compatible HTTP API over a hasten engine.
+//!
+//! [`router`] builds the axum app for an [`AppState`]; [`serve`] binds a
+//! listener, loads the model in the background (`/ready` answers 503 until
+//! it is loaded), serves until SIGINT/SIGTERM and then drains in-flight
+//! requests up to a deadline.
+//!
+//! Modules: [`error`] (the one place errors become statuses), [`params`]
+//! (request validation and tokenization), [`respond`] (engine events to
+//! OpenAI bodies; the SSE state machine), [`streams`] (resumable streams),
+//! [`routes`] (handlers), [`middleware`] (request ids, API keys, request
+//! counting), [`prom`] (Prometheus text), [`listen`] (connection limit).
+
+pub mod error;
+pub mod listen;
+pub mod middleware;
+pub mod params;
+pub mod prom;
+pub mod respond;
+pub mod routes;
+pub mod serve;
+pub mod streams;
+
+pub use error::{Error, Result};
+pub use routes::router;
+
+use hasten_engine::Engine;
+use hasten_model::chat::ChatTemplate;
+use hasten_model::tokenizer::Tokenizer;
+use params::ServerLimits;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// How the HTTP side behaves (the engine has its own config).
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Accepted API keys; empty means no authentication.
+    pub api_keys: Vec<String>,
+    /// Allowed CORS origins (`*` for any); empty means CORS is off.
+    pub cors_origins: Vec<String>,
+    pub max_body_bytes: usize,
+    pub limits: ServerLimits,
+    /// Whole-request limit (non-streaming) or stream lifetime limit.
+    pub request_timeout: Option<Duration>,
+    /// How long a dropped stream waits for its client to reconnect (0: never).
+    pub resume_grace: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            api_keys: Vec::new(),
+            cors_origins: Vec::new(),
+            max_body_bytes: 4 << 20,
+            limits: ServerLimits {
+                max_prompt_tokens: None,
+                max_output_tokens: None,
+            },
+            request_timeout: None,
+            resume_grace: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A loaded model behind its engine.
+pub struct Backend {
+    pub engine: Engine,
+    pub tokenizer: Arc<Tokenizer>,
+    pub template: ChatTemplate,
+    /// The name clients use in `model`.
+    pub model_id: String,
+    /// Unix seconds when it was loaded.
+    pub created: u64,
+}
+
+impl Backend {
+    pub fn new(
+        engine: Engine,
+        tokenizer: Arc<Tokenizer>,
+        template: ChatTemplate,
+        model_id: String,
+    ) -> Self {
+        Backend {
+            engine,
+            tokenizer,
+            template,
+            model_id,
+            created: unix_now(),
+        }
+    }
+}
+
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Shared by every handler.
+pub struct Shared {
+    pub cfg: ServerConfig,
+    backend: OnceLock<Arc<Backend>>,
+    pub hub: Arc<streams::Hub>,
+    pub http: middleware::HttpCounters,
+    /// Non-streaming requests whose client left before the answer.
+    pub unary_disconnects: std::sync::atomic::AtomicU64,
+    /// Set on SIGINT/SIGTERM: `/ready` answers 503 while in-flight work drains.
+    pub draining: std::sync::atomic::AtomicBool,
+}
+
+pub type AppState = Arc<Shared>;
+
+impl Shared {
+    pub fn new(cfg: ServerConfig) -> AppState {
+        let hub = streams::Hub::new(cfg.resume_grace);
+        Arc::new(Shared {
+            cfg,
+            backend: OnceLock::new(),
+            hub,
+            http: Default::default(),
+            unary_disconnects: Default::default(),
+            draining: Default::default(),
+        })
+    }
+
+    /// Makes `b` the model being served (once).
+    pub fn set_backend(&self, b: Backend) {
+        let _ = self.backend.set(Arc::new(b));
+    }
+
+    pub fn backend(&self) -> Result<Arc<Backend>> {
+        self.backend.get().cloned().ok_or(Error::NotReady)
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.backend.get().is_some()
+    }
+}

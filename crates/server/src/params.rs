@@ -1,0 +1,528 @@
+//! From OpenAI request bodies to validated engine work: parameter ranges
+//! (each error names its parameter), refusal of parameters that would change
+//! the result but are not supported, prompt rendering and tokenization.
+//!
+//! Everything here is plain synchronous code; handlers run it on the
+//! blocking pool so tokenization never stalls the async runtime.
+
+use crate::error::{Error, Result};
+use hasten_engine::{Limits, RequestSpec};
+use hasten_model::chat::{ChatTemplate, Message};
+use hasten_model::sampler::SamplingParams;
+use hasten_model::tokenizer::Tokenizer;
+use hasten_protocol::chat::{ChatCompletionRequest, ChatMessage, Content};
+use hasten_protocol::completions::{CompletionRequest, Prompt};
+use hasten_protocol::{Extra, Sampling};
+use serde_json::Value;
+
+/// Most choices per request (`n`, times the prompts of a batch).
+pub const MAX_CHOICES: usize = 16;
+/// OpenAI's limit on stop sequences.
+pub const MAX_STOPS: usize = 4;
+
+/// What the server allows beyond the engine's own limits.
+#[derive(Debug, Clone, Copy)]
+pub struct ServerLimits {
+    pub max_prompt_tokens: Option<usize>,
+    pub max_output_tokens: Option<usize>,
+}
+
+/// How a choice's log-probabilities are reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogprobStyle {
+    None,
+    /// Chat: `logprobs.content[]` with `top_logprobs` of this many.
+    Chat(usize),
+    /// Completions: parallel arrays, this many alternatives.
+    Legacy(usize),
+}
+
+/// A request turned into engine work: one spec per choice.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub specs: Vec<RequestSpec>,
+    pub stream: bool,
+    pub include_usage: bool,
+    pub logprobs: LogprobStyle,
+}
+
+/// Fields outside our model that are harmless to ignore.
+const IGNORED: &[&str] = &[
+    "store",
+    "metadata",
+    "service_tier",
+    "user",
+    "stream_options",
+];
+
+/// Refuses fields we do not implement unless they hold their neutral value.
+pub fn check_extra(extra: &Extra, prefix: &str) -> Result<()> {
+    for (k, v) in extra {
+        if IGNORED.contains(&k.as_str()) || v.is_null() {
+            continue;
+        }
+        let neutral = match k.as_str() {
+            "echo" => v == &Value::Bool(false),
+            "best_of" => v.as_u64() == Some(1),
+            "suffix" => v.as_str() == Some(""),
+            "tools" | "functions" => v.as_array().is_some_and(Vec::is_empty),
+            "tool_choice" | "function_call" => v.as_str() == Some("none"),
+            "parallel_tool_calls" => v.is_boolean(),
+            "response_format" => v.get("type").and_then(Value::as_str) == Some("text"),
+            _ => false,
+        };
+        if !neutral {
+            return Err(Error::unsupported(
+                &format!("{prefix}{k}"),
+                "hasten does not implement it, and ignoring it would change the result",
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn range(v: Option<f64>, name: &str, lo: f64, hi: f64, default: f64) -> Result<f32> {
+    let x = v.unwrap_or(default);
+    if !(x.is_finite() && x >= lo && x <= hi) {
+        return Err(Error::bad(
+            format!("{name} must be between {lo} and {hi}, got {x}"),
+            name,
+        ));
+    }
+    Ok(x as f32)
+}
+
+/// Sampling settings, stops and `n` from the shared fields (OpenAI defaults:
+/// temperature 1, top_p 1; top_k and min_p off).
+fn sampling(s: &Sampling, vocab: usize) -> Result<(SamplingParams, Vec<String>, usize)> {
+    let temperature = range(s.temperature, "temperature", 0.0, 2.0, 1.0)?;
+    let top_p = range(s.top_p, "top_p", 0.0, 1.0, 1.0)?;
+    if top_p == 0.0 {
+        return Err(Error::bad("top_p must be greater than 0", "top_p"));
+    }
+    let top_k = match s.top_k.unwrap_or(0) {
+        -1 | 0 => 0,
+        k if k > 0 => k as usize,
+        k => {
+            return Err(Error::bad(
+                format!("top_k must be -1, 0 or positive, got {k}"),
+                "top_k",
+            ))
+        }
+    };
+    let min_p = range(s.min_p, "min_p", 0.0, 1.0, 0.0)?;
+    let presence_penalty = range(s.presence_penalty, "presence_penalty", -2.0, 2.0, 0.0)?;
+    let frequency_penalty = range(s.frequency_penalty, "frequency_penalty", -2.0, 2.0, 0.0)?;
+    let repetition_penalty = range(s.repetition_penalty, "repetition_penalty", 0.01, 10.0, 1.0)?;
+    let n = s.n.unwrap_or(1);
+    if !(1..=MAX_CHOICES as i64).contains(&n) {
+        return Err(Error::bad(
+            format!("n must be between 1 and {MAX_CHOICES}, got {n}"),
+            "n",
+        ));
+    }
+    let mut logit_bias = Vec::new();
+    for (k, &b) in s.logit_bias.iter().flatten() {
+        let id: u32 = k
+            .parse()
+            .ok()
+            .filter(|&t: &u32| (t as usize) < vocab)
+            .ok_or_else(|| {
+                Error::bad(
+                    format!("logit_bias key {k:?} is not a token id below {vocab}"),
+                    "logit_bias",
+                )
+            })?;
+        if !(-100.0..=100.0).contains(&b) {
+            return Err(Error::bad(
+                format!("logit_bias values must be in [-100, 100], got {b}"),
+                "logit_bias",
+            ));
+        }
+        logit_bias.push((id, b as f32));
+    }
+    let stop = s.stop.clone().map(|s| s.into_vec()).unwrap_or_default();
+    if stop.len() > MAX_STOPS {
+        return Err(Error::bad(
+            format!("at most {MAX_STOPS} stop sequences, got {}", stop.len()),
+            "stop",
+        ));
+    }
+    if stop.iter().any(String::is_empty) {
+        return Err(Error::bad("stop sequences must not be empty", "stop"));
+    }
+    let seed = match s.seed {
+        Some(x) => x as u64,
+        None => rand::random(),
+    };
+    let params = SamplingParams {
+        temperature,
+        top_k,
+        top_p,
+        min_p,
+        repetition_penalty,
+        frequency_penalty,
+        presence_penalty,
+        penalty_last_n: 64,
+        logit_bias,
+        seed,
+    };
+    params
+        .validate(vocab)
+        .map_err(|e| Error::bad(e.to_string(), "logit_bias"))?;
+    Ok((params, stop, n as usize))
+}
+
+/// `max_tokens` checked against the server limit, or the room left in the
+/// context when absent.
+fn max_tokens(
+    given: Option<i64>,
+    name: &str,
+    prompt: usize,
+    lim: &Limits,
+    sl: &ServerLimits,
+) -> Result<usize> {
+    let cap = sl.max_output_tokens.unwrap_or(usize::MAX);
+    match given {
+        Some(m) if m < 1 => Err(Error::bad(
+            format!("{name} must be at least 1, got {m}"),
+            name,
+        )),
+        Some(m) if m as u64 > cap as u64 => Err(Error::bad(
+            format!("{name} is {m}, above this server's limit of {cap}"),
+            name,
+        )),
+        Some(m) => Ok(m as usize),
+        None => {
+            let room = lim.context_length.min(lim.kv_tokens).saturating_sub(prompt);
+            Ok(room.clamp(1, cap))
+        }
+    }
+}
+
+fn check_prompt_len(len: usize, sl: &ServerLimits) -> Result<()> {
+    match sl.max_prompt_tokens {
+        Some(max) if len > max => Err(Error::ContextLength(format!(
+            "the prompt has {len} tokens; this server accepts at most {max}"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Message contents flattened to text, roles checked.
+pub fn chat_messages(msgs: &[ChatMessage]) -> Result<Vec<Message>> {
+    if msgs.is_empty() {
+        return Err(Error::bad("messages must not be empty", "messages"));
+    }
+    let mut out = Vec::with_capacity(msgs.len());
+    for (i, m) in msgs.iter().enumerate() {
+        check_extra(&m.extra, &format!("messages[{i}]."))?;
+        let role = match m.role.as_str() {
+            "developer" => "system",
+            r @ ("system" | "user" | "assistant") => r,
+            r => {
+                return Err(Error::bad(
+                    format!("messages[{i}].role {r:?} is not supported (system, developer, user, assistant)"),
+                    &format!("messages[{i}].role"),
+                ))
+            }
+        };
+        let text = match &m.content {
+            None => String::new(),
+            Some(Content::Text(t)) => t.clone(),
+            Some(Content::Parts(parts)) => {
+                let mut texts = Vec::new();
+                for (j, p) in parts.iter().enumerate() {
+                    match (p.kind.as_str(), &p.text) {
+                        ("text", Some(t)) => texts.push(t.as_str()),
+                        (kind, _) => {
+                            return Err(Error::unsupported(
+                                &format!("messages[{i}].content[{j}].type"),
+                                &format!("content parts of type {kind:?} (only \"text\" with a \"text\" field)"),
+                            ))
+                        }
+                    }
+                }
+                texts.join("\n")
+            }
+        };
+        out.push(Message::new(role, &text));
+    }
+    Ok(out)
+}
+
+/// Renders and tokenizes a chat prompt (control-token text becomes tokens).
+pub fn chat_prompt(msgs: &[Message], template: &ChatTemplate, tok: &Tokenizer) -> Result<Vec<u32>> {
+    let text = template.render(msgs, true).map_err(|e| {
+        Error::bad(
+            format!("the chat template could not render these messages: {e}"),
+            "messages",
+        )
+    })?;
+    let has_bos = !template.bos_token.is_empty() && text.starts_with(&template.bos_token);
+    tok.encode(&text, tok.add_bos && !has_bos, true)
+        .map_err(|e| Error::Internal(e.to_string()))
+}
+
+fn specs(
+    prompts: Vec<Vec<u32>>,
+    s: &Sampling,
+    max_name: &str,
+    max_given: Option<i64>,
+    logprobs: Option<usize>,
+    lim: &Limits,
+    sl: &ServerLimits,
+) -> Result<Vec<RequestSpec>> {
+    let (params, stop, n) = sampling(s, lim.vocab_size)?;
+    if prompts.len() * n > MAX_CHOICES {
+        return Err(Error::bad(
+            format!(
+                "{} prompts x n={n} is more than {MAX_CHOICES} choices",
+                prompts.len()
+            ),
+            "n",
+        ));
+    }
+    let mut out = Vec::with_capacity(prompts.len() * n);
+    for p in prompts {
+        check_prompt_len(p.len(), sl)?;
+        if p.is_empty() {
+            return Err(Error::bad("the prompt is empty", "prompt"));
+        }
+        let max = max_tokens(max_given, max_name, p.len(), lim, sl)?;
+        for j in 0..n {
+            let mut params = params.clone();
+            // Choices differ but stay reproducible for a given seed.
+            params.seed = params.seed.wrapping_add(j as u64);
+            out.push(RequestSpec {
+                prompt: p.clone(),
+                params,
+                max_tokens: max,
+                stop: stop.clone(),
+                stop_tokens: Vec::new(),
+                ignore_eos: s.ignore_eos.unwrap_or(false),
+                deadline: None,
+                logprobs,
+            });
+        }
+    }
+    Ok(out)
+}
+
+fn stream_flags(s: &Sampling) -> Result<(bool, bool)> {
+    let stream = s.stream.unwrap_or(false);
+    let usage = s.stream_options.as_ref().and_then(|o| o.include_usage);
+    if usage.is_some() && !stream {
+        return Err(Error::bad(
+            "stream_options is only allowed with stream: true",
+            "stream_options",
+        ));
+    }
+    Ok((stream, usage.unwrap_or(false)))
+}
+
+pub fn plan_chat(
+    r: &ChatCompletionRequest,
+    template: &ChatTemplate,
+    tok: &Tokenizer,
+    lim: &Limits,
+    sl: &ServerLimits,
+) -> Result<Plan> {
+    check_extra(&r.extra, "")?;
+    let (stream, include_usage) = stream_flags(&r.sampling)?;
+    let logprobs = match (r.logprobs.unwrap_or(false), r.top_logprobs) {
+        (false, Some(_)) => {
+            return Err(Error::bad(
+                "top_logprobs requires logprobs: true",
+                "top_logprobs",
+            ))
+        }
+        (false, None) => LogprobStyle::None,
+        (true, n) => LogprobStyle::Chat(top_count(n, "top_logprobs")?),
+    };
+    let msgs = chat_messages(&r.messages)?;
+    let prompt = chat_prompt(&msgs, template, tok)?;
+    let (name, given) = match r.max_completion_tokens {
+        Some(m) => ("max_completion_tokens", Some(m)),
+        None => ("max_tokens", r.sampling.max_tokens),
+    };
+    let specs = specs(
+        vec![prompt],
+        &r.sampling,
+        name,
+        given,
+        logprob_count(logprobs),
+        lim,
+        sl,
+    )?;
+    Ok(Plan {
+        specs,
+        stream,
+        include_usage,
+        logprobs,
+    })
+}
+
+fn top_count(n: Option<i64>, name: &str) -> Result<usize> {
+    let n = n.unwrap_or(0);
+    let max = hasten_engine::request::MAX_TOP_LOGPROBS as i64;
+    if !(0..=max).contains(&n) {
+        return Err(Error::bad(
+            format!("{name} must be between 0 and {max}, got {n}"),
+            name,
+        ));
+    }
+    Ok(n as usize)
+}
+
+fn logprob_count(s: LogprobStyle) -> Option<usize> {
+    match s {
+        LogprobStyle::None => None,
+        LogprobStyle::Chat(n) | LogprobStyle::Legacy(n) => Some(n),
+    }
+}
+
+/// Token ids of each prompt of a completions request.
+pub fn completion_prompts(p: &Prompt, tok: &Tokenizer) -> Result<Vec<Vec<u32>>> {
+    let enc = |t: &str| {
+        tok.encode(t, tok.add_bos, false)
+            .map_err(|e| Error::Internal(e.to_string()))
+    };
+    let out = match p {
+        Prompt::Text(t) => vec![enc(t)?],
+        Prompt::Texts(ts) => ts.iter().map(|t| enc(t)).collect::<Result<_>>()?,
+        Prompt::Tokens(ids) => vec![ids.clone()],
+        Prompt::TokenLists(l) => l.clone(),
+    };
+    if out.is_empty() {
+        return Err(Error::bad("prompt must not be an empty list", "prompt"));
+    }
+    Ok(out)
+}
+
+pub fn plan_completion(
+    r: &CompletionRequest,
+    tok: &Tokenizer,
+    lim: &Limits,
+    sl: &ServerLimits,
+) -> Result<Plan> {
+    check_extra(&r.extra, "")?;
+    let (stream, include_usage) = stream_flags(&r.sampling)?;
+    let logprobs = match r.logprobs {
+        None => LogprobStyle::None,
+        Some(n) => LogprobStyle::Legacy(top_count(Some(n), "logprobs")?),
+    };
+    let prompts = completion_prompts(&r.prompt, tok)?;
+    let specs = specs(
+        prompts,
+        &r.sampling,
+        "max_tokens",
+        r.sampling.max_tokens,
+        logprob_count(logprobs),
+        lim,
+        sl,
+    )?;
+    Ok(Plan {
+        specs,
+        stream,
+        include_usage,
+        logprobs,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unsupported_fields_are_named_unless_neutral() {
+        let ex = |j: &str| -> Extra { serde_json::from_str(j).unwrap() };
+        assert!(check_extra(&ex(r#"{"echo":false,"best_of":1,"tools":[],"store":true,"response_format":{"type":"text"}}"#), "").is_ok());
+        for (j, name) in [
+            (r#"{"tools":[{"type":"function"}]}"#, "tools"),
+            (
+                r#"{"response_format":{"type":"json_object"}}"#,
+                "response_format",
+            ),
+            (r#"{"echo":true}"#, "echo"),
+            (r#"{"frobnicate":1}"#, "frobnicate"),
+        ] {
+            match check_extra(&ex(j), "") {
+                Err(Error::BadRequest { param, .. }) => assert_eq!(param.as_deref(), Some(name)),
+                other => panic!("{j}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn ranges_name_the_parameter() {
+        let bad = |s: Sampling| match sampling(&s, 100) {
+            Err(Error::BadRequest { param, .. }) => param.unwrap(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            bad(Sampling {
+                temperature: Some(3.0),
+                ..Default::default()
+            }),
+            "temperature"
+        );
+        assert_eq!(
+            bad(Sampling {
+                top_p: Some(0.0),
+                ..Default::default()
+            }),
+            "top_p"
+        );
+        assert_eq!(
+            bad(Sampling {
+                n: Some(0),
+                ..Default::default()
+            }),
+            "n"
+        );
+        assert_eq!(
+            bad(Sampling {
+                top_k: Some(-5),
+                ..Default::default()
+            }),
+            "top_k"
+        );
+        let mut lb = std::collections::BTreeMap::new();
+        lb.insert("100".to_string(), 1.0);
+        assert_eq!(
+            bad(Sampling {
+                logit_bias: Some(lb),
+                ..Default::default()
+            }),
+            "logit_bias"
+        );
+        let (p, stop, n) = sampling(
+            &Sampling {
+                seed: Some(7),
+                n: Some(3),
+                ..Default::default()
+            },
+            100,
+        )
+        .unwrap();
+        assert_eq!((p.seed, p.temperature, stop.len(), n), (7, 1.0, 0, 3));
+    }
+
+    #[test]
+    fn max_tokens_defaults_to_the_room_left() {
+        let lim = Limits {
+            vocab_size: 10,
+            context_length: 100,
+            kv_tokens: 80,
+        };
+        let sl = ServerLimits {
+            max_prompt_tokens: None,
+            max_output_tokens: Some(50),
+        };
+        assert_eq!(max_tokens(None, "max_tokens", 40, &lim, &sl).unwrap(), 40);
+        assert_eq!(max_tokens(None, "max_tokens", 10, &lim, &sl).unwrap(), 50);
+        assert!(max_tokens(Some(51), "max_tokens", 10, &lim, &sl).is_err());
+        assert!(max_tokens(Some(0), "max_tokens", 10, &lim, &sl).is_err());
+    }
+}

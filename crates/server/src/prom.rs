@@ -1,0 +1,214 @@
+//! `/metrics`: the engine's counters, gauges and histograms and the
+//! server's own counters in the Prometheus text format (version 0.0.4).
+
+use crate::Shared;
+use hasten_engine::metrics::{Histogram, Metrics};
+use std::fmt::Write;
+use std::sync::atomic::Ordering;
+
+fn scalar(out: &mut String, name: &str, kind: &str, help: &str, v: f64) {
+    let _ = writeln!(
+        out,
+        "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}"
+    );
+}
+
+fn histogram(out: &mut String, name: &str, help: &str, h: &Histogram) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+    let mut cum = 0;
+    for (i, c) in h.counts.iter().enumerate() {
+        cum += c;
+        match h.bounds.get(i) {
+            Some(b) => {
+                let _ = writeln!(out, "{name}_bucket{{le=\"{b}\"}} {cum}");
+            }
+            None => {
+                let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {cum}");
+            }
+        }
+    }
+    let _ = writeln!(out, "{name}_sum {}\n{name}_count {}", h.sum, h.count);
+}
+
+fn engine(out: &mut String, m: &Metrics) {
+    let counters = [
+        (
+            "hasten_requests_admitted_total",
+            "Requests the engine accepted.",
+            m.requests_admitted,
+        ),
+        (
+            "hasten_requests_finished_total",
+            "Requests that ran to their end.",
+            m.requests_finished,
+        ),
+        (
+            "hasten_requests_cancelled_total",
+            "Requests cancelled because their client left (KV blocks freed).",
+            m.requests_cancelled,
+        ),
+        (
+            "hasten_requests_rejected_total",
+            "Requests refused as overload (429).",
+            m.requests_rejected,
+        ),
+        (
+            "hasten_preemptions_total",
+            "Sequences preempted for KV space and recomputed.",
+            m.preemptions,
+        ),
+        (
+            "hasten_prompt_tokens_total",
+            "Prompt tokens received.",
+            m.prompt_tokens,
+        ),
+        (
+            "hasten_prefix_cache_hit_tokens_total",
+            "Prompt tokens whose KV came from the prefix cache.",
+            m.prefix_cache_hit_tokens,
+        ),
+        (
+            "hasten_generation_tokens_total",
+            "Output tokens generated.",
+            m.generated_tokens,
+        ),
+        (
+            "hasten_engine_steps_total",
+            "Engine steps (forward passes).",
+            m.steps,
+        ),
+    ];
+    for (name, help, v) in counters {
+        scalar(out, name, "counter", help, v as f64);
+    }
+    let gauges = [
+        (
+            "hasten_requests_waiting",
+            "Requests waiting to be admitted.",
+            m.waiting,
+        ),
+        (
+            "hasten_requests_running",
+            "Sequences in the running batch.",
+            m.running,
+        ),
+        (
+            "hasten_kv_blocks_total",
+            "KV cache blocks.",
+            m.kv_blocks_total,
+        ),
+        (
+            "hasten_kv_blocks_used",
+            "KV blocks held by sequences.",
+            m.kv_blocks_used,
+        ),
+        (
+            "hasten_kv_blocks_free",
+            "KV blocks free (including idle cached ones).",
+            m.kv_blocks_free,
+        ),
+        (
+            "hasten_kv_blocks_cached",
+            "Idle KV blocks kept for prefix reuse.",
+            m.kv_blocks_cached,
+        ),
+        (
+            "hasten_step_token_budget",
+            "Tokens per step the ITL target allows.",
+            m.step_token_budget,
+        ),
+    ];
+    for (name, help, v) in gauges {
+        scalar(out, name, "gauge", help, v as f64);
+    }
+    let hists = [
+        (
+            "hasten_queue_time_seconds",
+            "Arrival to first prompt token in a forward pass.",
+            &m.queue_time,
+        ),
+        (
+            "hasten_time_to_first_token_seconds",
+            "Arrival to first output token (server side).",
+            &m.ttft,
+        ),
+        (
+            "hasten_inter_token_latency_seconds",
+            "Gap between consecutive output tokens.",
+            &m.itl,
+        ),
+        (
+            "hasten_e2e_request_latency_seconds",
+            "Arrival to last token.",
+            &m.e2e,
+        ),
+        (
+            "hasten_step_time_seconds",
+            "Duration of one engine step.",
+            &m.step_time,
+        ),
+        (
+            "hasten_batch_size",
+            "Sequences per engine step.",
+            &m.batch_size,
+        ),
+        (
+            "hasten_batch_tokens",
+            "Tokens per engine step.",
+            &m.batch_tokens,
+        ),
+    ];
+    for (name, help, h) in hists {
+        histogram(out, name, help, h);
+    }
+}
+
+/// The whole `/metrics` page.
+pub fn render(st: &Shared) -> String {
+    let mut out = String::new();
+    if let Ok(b) = st.backend() {
+        engine(&mut out, &b.engine.metrics());
+    }
+    let c = &st.hub.counters;
+    let server = [
+        (
+            "hasten_streams_abandoned_total",
+            "Streams cancelled after their client left and did not come back within the grace period.",
+            c.abandoned.load(Ordering::Relaxed),
+        ),
+        ("hasten_streams_resumed_total", "Streams a client reattached to.", c.resumed.load(Ordering::Relaxed)),
+        ("hasten_streams_timed_out_total", "Streams ended by the request timeout.", c.timed_out.load(Ordering::Relaxed)),
+        (
+            "hasten_unary_disconnects_total",
+            "Non-streaming requests cancelled because the client left.",
+            st.unary_disconnects.load(Ordering::Relaxed),
+        ),
+    ];
+    for (name, help, v) in server {
+        scalar(&mut out, name, "counter", help, v as f64);
+    }
+    scalar(
+        &mut out,
+        "hasten_streams_live",
+        "gauge",
+        "Streams being produced or kept for reattachment.",
+        st.hub.live() as f64,
+    );
+    let _ = writeln!(
+        out,
+        "# HELP hasten_http_responses_total HTTP responses by route and status.\n# TYPE hasten_http_responses_total counter"
+    );
+    for ((route, status), n) in st
+        .http
+        .by_route
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+    {
+        let _ = writeln!(
+            out,
+            "hasten_http_responses_total{{route=\"{route}\",status=\"{status}\"}} {n}"
+        );
+    }
+    out
+}

@@ -1,0 +1,89 @@
+//! Running the server: bind, load the model in the background (`/ready`
+//! is 503 until it is loaded), serve until SIGINT/SIGTERM, then stop
+//! accepting and let in-flight requests finish up to a deadline.
+
+use crate::listen::LimitedListener;
+use crate::{router, AppState, Backend};
+use std::future::IntoFuture;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+#[derive(Debug, Clone, Copy)]
+pub struct ServeOptions {
+    pub max_connections: usize,
+    pub shutdown_timeout: Duration,
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}
+
+/// Serves `st` on `listener` until `stop` resolves (e.g. [`shutdown_signal`]),
+/// then drains for at most `opts.shutdown_timeout`. `load` runs on the
+/// blocking pool; its error ends the server with that error.
+pub async fn serve(
+    st: AppState,
+    listener: TcpListener,
+    opts: ServeOptions,
+    load: impl FnOnce() -> Result<Backend, String> + Send + 'static,
+    stop: impl std::future::Future<Output = ()> + Send,
+) -> Result<(), String> {
+    let app = router(st.clone());
+    let (quit_tx, mut quit_rx) = watch::channel(false);
+    let server = axum::serve(LimitedListener::new(listener, opts.max_connections), app)
+        .with_graceful_shutdown(async move {
+            let _ = quit_rx.wait_for(|&q| q).await;
+        })
+        .into_future();
+    tokio::pin!(server);
+    let st2 = st.clone();
+    let loader = async move {
+        match tokio::task::spawn_blocking(load).await {
+            Ok(Ok(b)) => {
+                tracing::info!("model {} loaded; ready", b.model_id);
+                st2.set_backend(b);
+                std::future::pending::<Result<(), String>>().await
+            }
+            Ok(Err(e)) => Err(e),
+            Err(e) => Err(format!("the model loader failed: {e}")),
+        }
+    };
+    tokio::select! {
+        r = &mut server => return r.map_err(|e| e.to_string()),
+        r = loader => return r,
+        () = stop => {}
+    }
+    tracing::info!(
+        "shutting down: no new connections; draining in-flight requests for up to {:?}",
+        opts.shutdown_timeout
+    );
+    st.draining.store(true, Ordering::Relaxed);
+    let _ = quit_tx.send(true);
+    match tokio::time::timeout(opts.shutdown_timeout, server).await {
+        Ok(r) => r.map_err(|e| e.to_string()),
+        Err(_) => {
+            tracing::warn!("shutdown deadline passed with requests in flight; exiting");
+            Ok(())
+        }
+    }
+}
