@@ -20,7 +20,9 @@ pub mod request;
 
 pub use error::{Error, Result};
 pub use metrics::Metrics;
-pub use request::{Event, Finish, FinishReason, Limits, Request, RequestSpec, Timing, TokenEvent};
+pub use request::{
+    Event, Finish, FinishReason, Limits, Request, RequestSpec, Timing, TokenEvent, TokenLogprobs,
+};
 
 use hasten_kernels::threads::Threads;
 use hasten_model::llama::Model;

@@ -21,7 +21,8 @@ use hasten_engine::RequestStream;
 use hasten_protocol::chat::ChatCompletionRequest;
 use hasten_protocol::completions::CompletionRequest;
 use hasten_protocol::{
-    DetokenizeRequest, DetokenizeResponse, ModelCard, ModelList, TokenizeRequest, TokenizeResponse,
+    DetokenizeRequest, DetokenizeResponse, ModelCard, ModelList, Sampling, TokenizeRequest,
+    TokenizeResponse,
 };
 use serde::de::DeserializeOwned;
 use std::sync::atomic::Ordering;
@@ -96,15 +97,24 @@ fn parse<T: DeserializeOwned>(
         }
         other => Error::bad(other.body_text(), "body"),
     })?;
-    let de = &mut serde_json::Deserializer::from_slice(&bytes);
-    serde_path_to_error::deserialize(de).map_err(|e| {
-        let path = e.path().to_string();
-        let message = format!("invalid request body: {}", e.inner());
-        Error::BadRequest {
-            message,
-            param: (path != ".").then_some(path),
-            code: None,
+    let value: serde_json::Value = serde_json::from_slice(&bytes)
+        .map_err(|e| Error::bad(format!("the body is not valid JSON: {e}"), "body"))?;
+    let err = match serde_path_to_error::deserialize::<_, T>(&value) {
+        Ok(t) => return Ok(t),
+        Err(e) => e,
+    };
+    let mut path = err.path().to_string();
+    if path == "." {
+        // Fields of flattened parts lose their path; the shared sampling
+        // fields are the usual suspects, so look for the culprit there.
+        if let Err(e) = serde_path_to_error::deserialize::<_, Sampling>(&value) {
+            path = e.path().to_string();
         }
+    }
+    Err(Error::BadRequest {
+        message: format!("invalid request body: {}", err.inner()),
+        param: (path != ".").then_some(path),
+        code: None,
     })
 }
 

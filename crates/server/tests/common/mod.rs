@@ -1,0 +1,68 @@
+//! Shared by the server's tests: the tiny synthetic model (written once per
+//! test binary) and app states around it.
+#![allow(dead_code)]
+
+use hasten_engine::{Engine, EngineConfig};
+use hasten_kernels::quant::GgmlType;
+use hasten_kernels::threads::Threads;
+use hasten_model::chat::{ChatTemplate, FALLBACK_TEMPLATE};
+use hasten_model::loader;
+use hasten_model::testing::Fixture;
+use hasten_server::{AppState, Backend, ServerConfig, Shared};
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+pub fn testdata() -> PathBuf {
+    std::env::var_os("HASTEN_TESTDATA")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/testdata")
+        })
+}
+
+/// The tiny fixture (dim 256, 2 layers, llama-spm vocabulary, context 512).
+pub fn model_path() -> PathBuf {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tiny.gguf");
+        Fixture::tiny(GgmlType::Q8_0)
+            .write_gguf(
+                &testdata().join("tokenizer/ggml-vocab-llama-spm.gguf"),
+                &path,
+            )
+            .unwrap();
+        // Loaded models map the file: keep it for the whole run.
+        std::mem::forget(dir);
+        path
+    })
+    .clone()
+}
+
+pub fn engine_config() -> EngineConfig {
+    EngineConfig {
+        max_step_tokens: 64,
+        max_running: 8,
+        ..EngineConfig::new(2048, Threads::ONE)
+    }
+}
+
+pub fn backend(ec: EngineConfig) -> Backend {
+    let lm = loader::load(&model_path()).unwrap();
+    let template = lm
+        .template
+        .unwrap_or_else(|| ChatTemplate::new(FALLBACK_TEMPLATE, "", "").unwrap());
+    let tok = Arc::new(lm.tokenizer);
+    let engine = Engine::start(Arc::new(lm.model), tok.clone(), ec).unwrap();
+    Backend::new(engine, tok, template, "tiny".into())
+}
+
+pub fn state_with(cfg: ServerConfig, ec: EngineConfig) -> AppState {
+    let st = Shared::new(cfg);
+    st.set_backend(backend(ec));
+    st
+}
+
+pub fn state() -> AppState {
+    state_with(ServerConfig::default(), engine_config())
+}
