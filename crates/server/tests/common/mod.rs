@@ -23,20 +23,37 @@ pub fn testdata() -> PathBuf {
 /// The tiny fixture (dim 256, 2 layers, llama-spm vocabulary, context 512).
 pub fn model_path() -> PathBuf {
     static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| write(Fixture::tiny(GgmlType::Q8_0)))
+        .clone()
+}
+
+/// The tiny fixture with a 4096-token context: a prompt of a few thousand
+/// tokens takes about a second to prefill (attention), long enough to
+/// leave in the middle of it.
+pub fn long_model_path() -> PathBuf {
+    static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| {
+        write(Fixture {
+            context_length: 4096,
+            ..Fixture::tiny(GgmlType::Q8_0)
+        })
+    })
+    .clone()
+}
+
+fn write(f: Fixture) -> PathBuf {
+    {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("tiny.gguf");
-        Fixture::tiny(GgmlType::Q8_0)
-            .write_gguf(
-                &testdata().join("tokenizer/ggml-vocab-llama-spm.gguf"),
-                &path,
-            )
-            .unwrap();
+        f.write_gguf(
+            &testdata().join("tokenizer/ggml-vocab-llama-spm.gguf"),
+            &path,
+        )
+        .unwrap();
         // Loaded models map the file: keep it for the whole run.
         std::mem::forget(dir);
         path
-    })
-    .clone()
+    }
 }
 
 pub fn engine_config() -> EngineConfig {
@@ -48,7 +65,11 @@ pub fn engine_config() -> EngineConfig {
 }
 
 pub fn backend(ec: EngineConfig) -> Backend {
-    let lm = loader::load(&model_path()).unwrap();
+    backend_of(&model_path(), ec)
+}
+
+pub fn backend_of(path: &std::path::Path, ec: EngineConfig) -> Backend {
+    let lm = loader::load(path).unwrap();
     let template = lm
         .template
         .unwrap_or_else(|| ChatTemplate::new(FALLBACK_TEMPLATE, "", "").unwrap());

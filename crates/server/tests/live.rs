@@ -1,0 +1,400 @@
+//! The server on a real loopback socket: clients that leave mid-prefill and
+//! mid-decode (their sequences are cancelled and the KV pool returns to
+//! idle), overload (429 with a plausible Retry-After; every admitted
+//! request completes), resumed streams (exactly the full text), and
+//! graceful shutdown (in-flight requests finish). Every wait is bounded.
+
+mod common;
+
+use common::*;
+use hasten_engine::EngineConfig;
+use hasten_server::serve::{serve, ServeOptions};
+use hasten_server::{AppState, ServerConfig, Shared};
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+
+struct Live {
+    addr: SocketAddr,
+    st: AppState,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<Result<(), String>>,
+    http: reqwest::Client,
+}
+
+impl Live {
+    async fn start(cfg: ServerConfig, ec: EngineConfig, model: PathBuf) -> Live {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let st = Shared::new(cfg);
+        let (tx, rx) = oneshot::channel::<()>();
+        let opts = ServeOptions {
+            max_connections: 64,
+            shutdown_timeout: Duration::from_secs(10),
+        };
+        let task = tokio::spawn(serve(
+            st.clone(),
+            listener,
+            opts,
+            move || Ok(backend_of(&model, ec)),
+            async {
+                let _ = rx.await;
+            },
+        ));
+        let live = Live {
+            addr,
+            st,
+            stop: Some(tx),
+            task,
+            http: reqwest::Client::new(),
+        };
+        let t0 = Instant::now();
+        while live.get("/ready").await.status() != 200 {
+            assert!(t0.elapsed() < Duration::from_secs(30), "never ready");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        live
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    async fn get(&self, path: &str) -> reqwest::Response {
+        self.http.get(self.url(path)).send().await.unwrap()
+    }
+
+    async fn post(&self, path: &str, body: &Value) -> reqwest::Response {
+        self.http
+            .post(self.url(path))
+            .json(body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    fn metrics(&self) -> hasten_engine::Metrics {
+        self.st.backend().unwrap().engine.metrics()
+    }
+
+    /// Waits (bounded) until `done` requests have ended (finished or
+    /// cancelled) and no sequence holds a KV block.
+    async fn idle_kv(&self, done: u64) -> hasten_engine::Metrics {
+        let t0 = Instant::now();
+        loop {
+            let m = self.metrics();
+            let ended = m.requests_finished + m.requests_cancelled;
+            if ended >= done
+                && m.kv_blocks_total > 0
+                && m.kv_blocks_used == 0
+                && m.running == 0
+                && m.waiting == 0
+            {
+                return m;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "KV never went idle: {m:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// Reads SSE events (comments included) from a streaming response until
+/// `until` says stop or the stream ends; returns (id, data or comment).
+async fn read_events(
+    resp: &mut reqwest::Response,
+    buf: &mut String,
+    mut until: impl FnMut(&[(Option<usize>, String)]) -> bool,
+) -> Vec<(Option<usize>, String)> {
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        while let Some(end) = buf.find("\n\n") {
+            let ev: String = buf.drain(..end + 2).collect();
+            let mut id = None;
+            let mut text = String::new();
+            for line in ev.lines() {
+                if let Some(v) = line.strip_prefix("id: ") {
+                    id = Some(v.parse().unwrap());
+                } else if let Some(v) = line.strip_prefix("data: ") {
+                    text = v.to_owned();
+                } else if let Some(v) = line.strip_prefix(':') {
+                    text = format!(":{v}");
+                }
+            }
+            out.push((id, text));
+            if until(&out) {
+                return out;
+            }
+        }
+        assert!(Instant::now() < deadline, "stream stalled");
+        match tokio::time::timeout(Duration::from_secs(30), resp.chunk())
+            .await
+            .unwrap()
+            .unwrap()
+        {
+            Some(c) => buf.push_str(std::str::from_utf8(&c).unwrap()),
+            None => return out,
+        }
+    }
+}
+
+fn content(events: &[(Option<usize>, String)]) -> String {
+    events
+        .iter()
+        .filter(|(id, d)| id.is_some() && d.starts_with('{'))
+        .filter_map(|(_, d)| {
+            let v: Value = serde_json::from_str(d).unwrap();
+            v["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
+fn no_grace() -> ServerConfig {
+    ServerConfig {
+        resume_grace: Duration::ZERO,
+        ..ServerConfig::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leaving_mid_decode_cancels_the_stream() {
+    let live = Live::start(no_grace(), engine_config(), model_path()).await;
+    let req = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 400, "ignore_eos": true, "stream": true, "temperature": 0});
+    let mut r = live.post("/v1/chat/completions", &req).await;
+    assert_eq!(r.status(), 200);
+    let mut buf = String::new();
+    let got = read_events(&mut r, &mut buf, |e| content(e).len() > 10).await;
+    assert!(!got.is_empty());
+    drop(r);
+    let m = live.idle_kv(1).await;
+    assert_eq!((m.requests_cancelled, m.requests_finished), (1, 0), "{m:?}");
+    assert!(m.generated_tokens < 400);
+    let page = live.get("/metrics").await.text().await.unwrap();
+    assert!(page.contains("hasten_requests_cancelled_total 1"), "{page}");
+    assert!(page.contains("hasten_streams_abandoned_total 1"), "{page}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leaving_mid_prefill_cancels_streaming_and_not() {
+    let ec = EngineConfig {
+        max_step_tokens: 32,
+        ..engine_config()
+    };
+    let ec = EngineConfig {
+        kv_tokens: 8192,
+        ..ec
+    };
+    let live = Live::start(no_grace(), ec, long_model_path()).await;
+    let ids: Vec<u32> = (0..3500).map(|i| 1000 + (i * 7919) % 20000).collect();
+    // Streaming: leave at the first prefill progress comment.
+    let req = json!({"prompt": ids, "max_tokens": 50, "stream": true});
+    let mut r = live.post("/v1/completions", &req).await;
+    let mut buf = String::new();
+    let got = read_events(&mut r, &mut buf, |e| {
+        e.iter().any(|(_, t)| t.starts_with(": prefill done="))
+    })
+    .await;
+    assert!(
+        got.iter().any(|(_, t)| t.starts_with(": prefill done=")),
+        "{got:?}"
+    );
+    drop(r);
+    let m = live.idle_kv(1).await;
+    assert_eq!(
+        (m.requests_cancelled, m.generated_tokens),
+        (1, 0),
+        "cancelled before any token: {m:?}"
+    );
+
+    // Non-streaming: the client gives up while the prompt is prefilled.
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let e = client
+        .post(live.url("/v1/completions"))
+        .json(&json!({"prompt": ids, "max_tokens": 50}))
+        .send()
+        .await;
+    assert!(e.unwrap_err().is_timeout());
+    let m = live.idle_kv(2).await;
+    assert_eq!((m.requests_cancelled, m.generated_tokens), (2, 0), "{m:?}");
+    let t0 = Instant::now();
+    while live
+        .st
+        .unary_disconnects
+        .load(std::sync::atomic::Ordering::Relaxed)
+        != 1
+    {
+        assert!(t0.elapsed() < Duration::from_secs(5));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overload_is_refused_and_admitted_work_completes() {
+    let ec = EngineConfig {
+        max_running: 1,
+        max_waiting: 2,
+        ..engine_config()
+    };
+    let live = Live::start(ServerConfig::default(), ec, model_path()).await;
+    let req = json!({"prompt": "Once upon a time", "max_tokens": 48, "ignore_eos": true});
+    let calls: Vec<_> = (0..8)
+        .map(|_| {
+            let (http, url, req) = (live.http.clone(), live.url("/v1/completions"), req.clone());
+            tokio::spawn(async move { http.post(url).json(&req).send().await.unwrap() })
+        })
+        .collect();
+    let mut ok = 0;
+    let mut refused = 0;
+    for c in calls {
+        let r = c.await.unwrap();
+        match r.status().as_u16() {
+            200 => {
+                let v: Value = r.json().await.unwrap();
+                assert_eq!(v["usage"]["completion_tokens"], 48);
+                ok += 1;
+            }
+            429 => {
+                let secs: u64 = r.headers()["retry-after"]
+                    .to_str()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                assert!((1..=30).contains(&secs), "Retry-After {secs}");
+                let v: Value = r.json().await.unwrap();
+                assert_eq!(v["error"]["code"], "server_overloaded");
+                refused += 1;
+            }
+            s => panic!("status {s}"),
+        }
+    }
+    assert!(
+        ok >= 1 && refused >= 1,
+        "ok {ok}, refused {refused}: {:?}",
+        live.metrics()
+    );
+    let m = live.idle_kv(ok).await;
+    assert_eq!(m.requests_finished, ok);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_stream_resumes_with_exactly_the_full_text() {
+    let live = Live::start(ServerConfig::default(), engine_config(), model_path()).await;
+    let req = json!({"messages": [{"role": "user", "content": "Tell me"}], "max_tokens": 60, "ignore_eos": true, "temperature": 0});
+    let whole: Value = live
+        .post("/v1/chat/completions", &req)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let want = whole["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let mut sreq = req.clone();
+    sreq["stream"] = json!(true);
+    let mut r = live
+        .http
+        .post(live.url("/v1/chat/completions"))
+        .header("x-request-id", "resume-me")
+        .json(&sreq)
+        .send()
+        .await
+        .unwrap();
+    let mut buf = String::new();
+    let first = read_events(&mut r, &mut buf, |e| {
+        e.iter().filter(|(id, _)| id.is_some()).count() >= 6
+    })
+    .await;
+    drop(r);
+    let last = first.iter().filter_map(|(id, _)| *id).max().unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut r = live
+        .http
+        .get(live.url("/v1/streams/resume-me"))
+        .header("last-event-id", last.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let mut buf = String::new();
+    let rest = read_events(&mut r, &mut buf, |e| {
+        e.last().is_some_and(|(_, d)| d == "[DONE]")
+    })
+    .await;
+    let first_resumed = rest.iter().find_map(|(id, _)| *id).unwrap();
+    assert_eq!(first_resumed, last + 1, "no event skipped or repeated");
+    assert_eq!(format!("{}{}", content(&first), content(&rest)), want);
+    assert_eq!(live.metrics().requests_cancelled, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_stream_is_cancelled_after_the_grace_period() {
+    let cfg = ServerConfig {
+        resume_grace: Duration::from_millis(300),
+        ..ServerConfig::default()
+    };
+    let live = Live::start(cfg, engine_config(), model_path()).await;
+    let req = json!({"prompt": "Hi", "max_tokens": 450, "ignore_eos": true, "stream": true});
+    let mut r = live
+        .http
+        .post(live.url("/v1/completions"))
+        .header("x-request-id", "gone")
+        .json(&req)
+        .send()
+        .await
+        .unwrap();
+    let mut buf = String::new();
+    read_events(&mut r, &mut buf, |e| {
+        e.iter().filter(|(id, _)| id.is_some()).count() >= 2
+    })
+    .await;
+    drop(r);
+    let m = live.idle_kv(1).await;
+    assert_eq!(m.requests_cancelled, 1, "{m:?}");
+    let t0 = Instant::now();
+    while live.get("/v1/streams/gone").await.status() != 404 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "stream never forgotten"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_drains_in_flight_requests() {
+    let mut live = Live::start(ServerConfig::default(), engine_config(), model_path()).await;
+    let req = json!({"prompt": "Hi", "max_tokens": 100, "ignore_eos": true});
+    let (http, url) = (live.http.clone(), live.url("/v1/completions"));
+    let call = tokio::spawn(async move { http.post(url).json(&req).send().await.unwrap() });
+    // Wait until the engine has it, then ask the server to stop.
+    let t0 = Instant::now();
+    while live.metrics().running == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(5));
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    live.stop.take().unwrap().send(()).unwrap();
+    let r = call.await.unwrap();
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["usage"]["completion_tokens"], 100);
+    let res = tokio::time::timeout(Duration::from_secs(10), live.task)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(res, Ok(()));
+    assert!(reqwest::get(format!("http://{}/health", live.addr))
+        .await
+        .is_err());
+}
