@@ -149,9 +149,11 @@ async fn seeds_reproduce_and_n_choices_differ() {
             .unwrap()
             .to_owned()
     };
-    // The tiny model is nearly deterministic; a flat bias over four tokens
-    // makes sampling matter.
-    let flat = json!({"temperature": 1.0, "logit_bias": {"1000": 100, "1001": 100, "1002": 100, "1003": 100}, "max_tokens": 12});
+    // The tiny model is nearly deterministic; a flat bias
+    // over 64 tokens makes sampling matter.
+    let bias: serde_json::Map<String, Value> =
+        (1000..1064).map(|t| (t.to_string(), json!(100))).collect();
+    let flat = json!({"temperature": 1.0, "logit_bias": bias, "max_tokens": 12});
     let with = |extra: Value| {
         let mut v = chat(flat.clone());
         v.as_object_mut()

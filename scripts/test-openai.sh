@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# End-to-end tests of `hasten serve` with the official `openai` Python
+# package, plus the README's curl examples, against real servers on
+# loopback ports. Installs the package into a virtualenv under target/.
+# Usage: scripts/test-openai.sh   (HASTEN_TESTDATA as for cargo test)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+export HASTEN_TESTDATA=${HASTEN_TESTDATA:-$root/../shared/testdata}
+
+venv=target/pyenv-openai
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv" || {
+    # No venv module (Debian without python3-venv): a plain target folder.
+    rm -rf "$venv"
+    mkdir -p "$venv/bin"
+    python3 -m pip install --quiet --disable-pip-version-check --target "$venv/lib" "openai>=1.50,<3"
+    printf '#!/bin/sh\nPYTHONPATH="%s/lib" exec python3 "$@"\n' "$root/$venv" >"$venv/bin/python"
+    chmod +x "$venv/bin/python"
+  }
+fi
+[ -x "$venv/bin/pip" ] && "$venv/bin/pip" install --quiet --disable-pip-version-check "openai>=1.50,<3"
+
+cargo build --release --quiet -p hasten
+export HASTEN_BIN=$root/target/release/hasten
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export HASTEN_MODEL=$work/tiny.gguf
+"$HASTEN_BIN" synth --shape tiny --type q8_0 \
+  --vocab "$HASTEN_TESTDATA/tokenizer/ggml-vocab-llama-spm.gguf" -o "$HASTEN_MODEL" >/dev/null
+
+"$venv/bin/python" tests/openai/test_openai.py
+bash tests/openai/readme-curl.sh

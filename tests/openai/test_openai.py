@@ -1,0 +1,233 @@
+"""hasten serve driven by the official `openai` Python package.
+
+Starts real servers on loopback ports (`hasten serve --port 0`) over a tiny
+synthetic model and checks what users of the OpenAI SDK rely on: chat and
+completions, streaming and not, include_usage, n > 1, stop strings,
+reproducible seeds, and errors raised as the SDK's exception classes.
+
+Run through scripts/test-openai.sh, which installs the package and builds
+the model; it needs HASTEN_BIN and HASTEN_MODEL.
+"""
+
+import os
+import re
+import subprocess
+import time
+import unittest
+import urllib.request
+
+import openai
+
+BIN = os.environ["HASTEN_BIN"]
+MODEL = os.environ["HASTEN_MODEL"]
+KEY = "sk-hasten-test"
+# The tiny model is nearly deterministic; a flat bias over 64 tokens makes
+# sampling (and so seeds) matter.
+FLAT = {str(1000 + i): 100 for i in range(64)}
+
+
+class Server:
+    """A `hasten serve` process on a free loopback port."""
+
+    def __init__(self, *args):
+        self.proc = subprocess.Popen(
+            [BIN, "serve", "--model", MODEL, "--port", "0", "--threads", "1", *args],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.time() + 60
+        self.url = None
+        while self.url is None:
+            line = self.proc.stderr.readline()
+            if not line:
+                raise RuntimeError("hasten serve exited before listening")
+            m = re.search(r"listening on (http://\S+)", line)
+            if m:
+                self.url = m.group(1)
+            if time.time() > deadline:
+                raise RuntimeError("hasten serve did not start")
+        while True:
+            try:
+                with urllib.request.urlopen(self.url + "/ready") as r:
+                    if r.status == 200:
+                        break
+            except Exception:
+                pass
+            if time.time() > deadline:
+                raise RuntimeError("hasten serve never became ready")
+            time.sleep(0.05)
+
+    def client(self, key=KEY, **kw):
+        return openai.OpenAI(base_url=self.url + "/v1", api_key=key, max_retries=0, **kw)
+
+    def stop(self):
+        self.proc.terminate()
+        rc = self.proc.wait(timeout=30)
+        assert rc == 0, f"hasten serve exited with {rc} after SIGTERM"
+
+
+def setUpModule():
+    global SERVER, FULL
+    SERVER = Server("--api-key", KEY)
+    FULL = Server("--max-waiting", "0")
+
+
+def tearDownModule():
+    SERVER.stop()
+    FULL.stop()
+
+
+MSG = [{"role": "user", "content": "Hello there"}]
+
+
+class Chat(unittest.TestCase):
+    def setUp(self):
+        self.c = SERVER.client()
+
+    def test_non_streaming(self):
+        r = self.c.chat.completions.create(model="tiny", messages=MSG, max_tokens=8, temperature=0)
+        self.assertEqual(r.object, "chat.completion")
+        self.assertEqual(r.choices[0].message.role, "assistant")
+        self.assertEqual(r.choices[0].finish_reason, "length")
+        self.assertEqual(r.usage.completion_tokens, 8)
+        self.assertEqual(r.usage.total_tokens, r.usage.prompt_tokens + 8)
+        self.assertTrue(r.choices[0].message.content)
+
+    def test_streaming_matches_non_streaming(self):
+        whole = self.c.chat.completions.create(model="tiny", messages=MSG, max_tokens=10, temperature=0)
+        stream = self.c.chat.completions.create(
+            model="tiny", messages=MSG, max_tokens=10, temperature=0, stream=True,
+            stream_options={"include_usage": True},
+        )
+        text, usage, reasons = "", None, []
+        chunks = list(stream)
+        for ch in chunks:
+            if ch.usage is not None:
+                usage = ch.usage
+                self.assertEqual(ch.choices, [])
+            for c in ch.choices:
+                text += c.delta.content or ""
+                if c.finish_reason:
+                    reasons.append(c.finish_reason)
+        self.assertEqual(text, whole.choices[0].message.content)
+        self.assertEqual(reasons, ["length"])
+        self.assertIsNotNone(chunks[-1].usage, "usage comes in the last chunk")
+        self.assertEqual(usage.completion_tokens, 10)
+        self.assertEqual(chunks[0].choices[0].delta.role, "assistant")
+
+    def test_no_usage_unless_asked(self):
+        chunks = list(self.c.chat.completions.create(model="tiny", messages=MSG, max_tokens=3, stream=True))
+        self.assertTrue(all(ch.usage is None for ch in chunks))
+
+    def test_n_and_seeds(self):
+        kw = dict(model="tiny", messages=MSG, max_tokens=12, temperature=1.0, logit_bias=FLAT)
+        a = self.c.chat.completions.create(seed=5, **kw)
+        b = self.c.chat.completions.create(seed=5, **kw)
+        other = self.c.chat.completions.create(seed=6, **kw)
+        self.assertEqual(a.choices[0].message.content, b.choices[0].message.content)
+        self.assertNotEqual(a.choices[0].message.content, other.choices[0].message.content)
+        n = self.c.chat.completions.create(seed=5, n=2, **kw)
+        self.assertEqual([c.index for c in n.choices], [0, 1])
+        self.assertEqual(n.choices[0].message.content, a.choices[0].message.content)
+        self.assertEqual(n.choices[1].message.content, other.choices[0].message.content)
+        self.assertEqual(n.usage.completion_tokens, 24)
+        # Streaming n > 1: each choice's deltas, by index.
+        texts = {0: "", 1: ""}
+        for ch in self.c.chat.completions.create(seed=5, n=2, stream=True, **kw):
+            for c in ch.choices:
+                texts[c.index] += c.delta.content or ""
+        self.assertEqual(texts[0], a.choices[0].message.content)
+        self.assertEqual(texts[1], other.choices[0].message.content)
+
+    def test_stop_strings(self):
+        full = self.c.chat.completions.create(model="tiny", messages=MSG, max_tokens=16, temperature=0)
+        text = full.choices[0].message.content
+        cut = text[len(text) // 2 : len(text) // 2 + 3]
+        r = self.c.chat.completions.create(model="tiny", messages=MSG, max_tokens=16, temperature=0, stop=[cut])
+        self.assertEqual(r.choices[0].finish_reason, "stop")
+        self.assertEqual(r.choices[0].message.content, text[: text.index(cut)])
+        streamed = "".join(
+            c.delta.content or ""
+            for ch in self.c.chat.completions.create(
+                model="tiny", messages=MSG, max_tokens=16, temperature=0, stop=cut, stream=True
+            )
+            for c in ch.choices
+        )
+        self.assertEqual(streamed, r.choices[0].message.content)
+
+    def test_logprobs(self):
+        r = self.c.chat.completions.create(
+            model="tiny", messages=MSG, max_tokens=4, temperature=0, logprobs=True, top_logprobs=2
+        )
+        lp = r.choices[0].logprobs.content
+        self.assertEqual(len(lp), 4)
+        self.assertEqual(len(lp[0].top_logprobs), 2)
+        self.assertLessEqual(lp[0].logprob, 0.0)
+
+    def test_raw_response_headers(self):
+        raw = self.c.chat.completions.with_raw_response.create(model="tiny", messages=MSG, max_tokens=2)
+        self.assertIn("prefill;dur=", raw.headers["server-timing"])
+        self.assertTrue(raw.headers["x-request-id"])
+        self.assertEqual(raw.parse().usage.completion_tokens, 2)
+
+
+class Completions(unittest.TestCase):
+    def setUp(self):
+        self.c = SERVER.client()
+
+    def test_text_and_stream(self):
+        r = self.c.completions.create(model="tiny", prompt="Once upon a time", max_tokens=6, temperature=0)
+        self.assertEqual(r.object, "text_completion")
+        self.assertEqual(r.usage.completion_tokens, 6)
+        streamed = "".join(
+            c.text
+            for ch in self.c.completions.create(
+                model="tiny", prompt="Once upon a time", max_tokens=6, temperature=0, stream=True
+            )
+            for c in ch.choices
+        )
+        self.assertEqual(streamed, r.choices[0].text)
+
+    def test_batch_and_token_prompts(self):
+        r = self.c.completions.create(model="tiny", prompt=["Hello", "World"], max_tokens=2, temperature=0)
+        self.assertEqual(sorted(c.index for c in r.choices), [0, 1])
+        ids = self.c.completions.create(model="tiny", prompt=[1, 15043], max_tokens=2, temperature=0)
+        self.assertEqual(ids.usage.prompt_tokens, 2)
+
+    def test_models(self):
+        models = self.c.models.list()
+        self.assertEqual([m.id for m in models.data], ["tiny"])
+
+
+class Errors(unittest.TestCase):
+    def test_bad_request(self):
+        c = SERVER.client()
+        with self.assertRaises(openai.BadRequestError) as e:
+            c.chat.completions.create(model="tiny", messages=MSG, temperature=5)
+        self.assertEqual(e.exception.body["param"], "temperature")
+        with self.assertRaises(openai.BadRequestError) as e:
+            c.chat.completions.create(model="tiny", messages=MSG, max_tokens=100000)
+        self.assertEqual(e.exception.code, "context_length_exceeded")
+        with self.assertRaises(openai.BadRequestError) as e:
+            c.chat.completions.create(
+                model="tiny", messages=MSG,
+                tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}],
+            )
+        self.assertEqual(e.exception.body["param"], "tools")
+
+    def test_unknown_model(self):
+        with self.assertRaises(openai.NotFoundError):
+            SERVER.client().chat.completions.create(model="gpt-4o", messages=MSG)
+
+    def test_bad_key(self):
+        with self.assertRaises(openai.AuthenticationError):
+            SERVER.client(key="sk-wrong").chat.completions.create(model="tiny", messages=MSG)
+
+    def test_overload(self):
+        with self.assertRaises(openai.RateLimitError) as e:
+            FULL.client().chat.completions.create(model="tiny", messages=MSG, max_tokens=2)
+        self.assertGreaterEqual(int(e.exception.response.headers["retry-after"]), 1)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
