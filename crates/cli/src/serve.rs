@@ -58,7 +58,8 @@ pub struct Args {
     /// Worker threads for the model; 0 uses every core.
     #[arg(long, short = 't', default_value_t = 0)]
     threads: usize,
-    /// KV cache size in MiB.
+    /// KV cache size in MiB at most (capped at twice what --max-running
+    /// sequences of full context need).
     #[arg(long, default_value_t = 1024)]
     kv_cache_mib: usize,
     /// Sequences decoded together at most.
@@ -136,10 +137,11 @@ pub fn main(a: Args) -> Result<()> {
             Some(t) => t,
             None => ChatTemplate::new(FALLBACK_TEMPLATE, "", "").map_err(|e| e.to_string())?,
         };
-        let mut ec = EngineConfig::new(
-            EngineConfig::kv_tokens_for_bytes(&lm.model, kv_mib << 20),
-            threads,
-        );
+        // No more than every running sequence at full context, twice over
+        // (the rest is prefix cache): small models need not touch a GiB.
+        let kv_tokens = EngineConfig::kv_tokens_for_bytes(&lm.model, kv_mib << 20)
+            .min(2 * max_running * lm.model.config.context_length);
+        let mut ec = EngineConfig::new(kv_tokens, threads);
         ec.max_running = max_running;
         ec.max_step_tokens = ec.max_step_tokens.max(max_running);
         ec.max_waiting = max_waiting;
