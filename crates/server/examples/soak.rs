@@ -35,18 +35,34 @@ fn rss_kib(pid: u32) -> u64 {
 }
 
 async fn metric(http: &reqwest::Client, url: &str, name: &str) -> Option<f64> {
-    let page = http.get(format!("{url}/metrics")).send().await.ok()?.text().await.ok()?;
+    let page = http
+        .get(format!("{url}/metrics"))
+        .send()
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
     page.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
 }
 
 /// One request; returns Err(description) for anything unexpected.
-async fn one(http: &reqwest::Client, url: &str, rng: &mut rand_chacha::ChaCha8Rng, t: &Tally) -> Result<(), String> {
+async fn one(
+    http: &reqwest::Client,
+    url: &str,
+    rng: &mut rand_chacha::ChaCha8Rng,
+    t: &Tally,
+) -> Result<(), String> {
     let max_tokens = rng.gen_range(8..96);
     let stream = rng.gen_bool(0.85);
-    let leave_after = rng.gen_bool(0.25).then(|| rng.gen_range(0..max_tokens / 2 + 1));
+    let leave_after = rng
+        .gen_bool(0.25)
+        .then(|| rng.gen_range(0..max_tokens / 2 + 1));
     let words = rng.gen_range(1..60);
-    let prompt: String = (0..words).map(|i| format!("word{} ", (i * 7 + words) % 50)).collect();
+    let prompt: String = (0..words)
+        .map(|i| format!("word{} ", (i * 7 + words) % 50))
+        .collect();
     let body = json!({
         "messages": [{"role": "user", "content": prompt}],
         "max_tokens": max_tokens, "stream": stream, "temperature": 0.8,
@@ -65,7 +81,12 @@ async fn one(http: &reqwest::Client, url: &str, rng: &mut rand_chacha::ChaCha8Rn
             t.refused.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
-        s => return Err(format!("status {s}: {}", r.text().await.unwrap_or_default())),
+        s => {
+            return Err(format!(
+                "status {s}: {}",
+                r.text().await.unwrap_or_default()
+            ))
+        }
     }
     if !stream {
         let v: Value = r.json().await.map_err(|e| format!("body: {e}"))?;
@@ -90,16 +111,22 @@ async fn one(http: &reqwest::Client, url: &str, rng: &mut rand_chacha::ChaCha8Rn
         buf.push_str(std::str::from_utf8(&c).map_err(|e| e.to_string())?);
         while let Some(end) = buf.find("\n\n") {
             let ev: String = buf.drain(..end + 2).collect();
-            let Some(data) = ev.lines().find_map(|l| l.strip_prefix("data: ")) else { continue };
+            let Some(data) = ev.lines().find_map(|l| l.strip_prefix("data: ")) else {
+                continue;
+            };
             if data == "[DONE]" {
                 t.completed.fetch_add(1, Ordering::Relaxed);
                 return Ok(());
             }
-            let v: Value = serde_json::from_str(data).map_err(|e| format!("bad chunk {data}: {e}"))?;
+            let v: Value =
+                serde_json::from_str(data).map_err(|e| format!("bad chunk {data}: {e}"))?;
             if v.get("error").is_some() {
                 return Err(format!("error event: {data}"));
             }
-            if v["choices"][0]["delta"]["content"].as_str().is_some_and(|s| !s.is_empty()) {
+            if v["choices"][0]["delta"]["content"]
+                .as_str()
+                .is_some_and(|s| !s.is_empty())
+            {
                 chunks += 1;
                 t.tokens.fetch_add(1, Ordering::Relaxed);
             }
@@ -143,7 +170,10 @@ async fn main() {
     }
     let mut rss = vec![(0u64, rss_kib(pid))];
     while Instant::now() < end {
-        tokio::time::sleep(Duration::from_secs(10).min(end.saturating_duration_since(Instant::now()))).await;
+        tokio::time::sleep(
+            Duration::from_secs(10).min(end.saturating_duration_since(Instant::now())),
+        )
+        .await;
         rss.push((t0.elapsed().as_secs(), rss_kib(pid)));
     }
     let mut errors = Vec::new();
@@ -154,20 +184,30 @@ async fn main() {
     // Cancelled sequences are freed within a step; give the last ones a moment.
     let mut used = f64::NAN;
     for _ in 0..100 {
-        used = metric(&http, &url, "hasten_kv_blocks_used").await.unwrap_or(f64::NAN);
-        let running = metric(&http, &url, "hasten_requests_running").await.unwrap_or(f64::NAN);
+        used = metric(&http, &url, "hasten_kv_blocks_used")
+            .await
+            .unwrap_or(f64::NAN);
+        let running = metric(&http, &url, "hasten_requests_running")
+            .await
+            .unwrap_or(f64::NAN);
         if used == 0.0 && running == 0.0 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let cancelled = metric(&http, &url, "hasten_requests_cancelled_total").await.unwrap_or(f64::NAN);
+    let cancelled = metric(&http, &url, "hasten_requests_cancelled_total")
+        .await
+        .unwrap_or(f64::NAN);
     let g = |x: &AtomicU64| x.load(Ordering::Relaxed);
     let t = &tally;
     println!("soak: {clients} clients, {wall:.0} s against {url}");
     println!(
         "requests {} | completed {} | left early {} | refused (429) {} | unexpected errors {}",
-        g(&t.requests), g(&t.completed), g(&t.left_early), g(&t.refused), g(&t.errors)
+        g(&t.requests),
+        g(&t.completed),
+        g(&t.left_early),
+        g(&t.refused),
+        g(&t.errors)
     );
     println!(
         "streamed/generated tokens seen by clients {} ({:.1}/s) | server cancellations {cancelled} | KV blocks in use at the end {used}",

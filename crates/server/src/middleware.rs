@@ -1,6 +1,6 @@
 //! Per-request layers: the request id (`x-request-id`, echoed when the
 //! client sends a sane one, generated otherwise), API-key checks in
-//! constant time, and response counting by route and status.
+//! constant time, and response counting (and a log line) by route and status.
 
 use crate::error::Error;
 use crate::AppState;
@@ -93,9 +93,18 @@ pub async fn count(State(st): State<AppState>, req: Request, next: Next) -> Resp
         .get::<MatchedPath>()
         .map_or("unmatched", |m| m.as_str())
         .to_owned();
+    let (method, t0) = (req.method().clone(), std::time::Instant::now());
+    let id = req
+        .extensions()
+        .get::<RequestId>()
+        .map(|r| r.0.clone())
+        .unwrap_or_default();
     let resp = next.run(req).await;
+    let status = resp.status().as_u16();
+    // For streams this is the time to the response head, not to the end.
+    tracing::info!(target: "hasten::http", "{id} {method} {route} {status} {:.1} ms", t0.elapsed().as_secs_f64() * 1e3);
     let mut m = st.http.by_route.lock().unwrap_or_else(|p| p.into_inner());
-    *m.entry((route, resp.status().as_u16())).or_default() += 1;
+    *m.entry((route, status)).or_default() += 1;
     resp
 }
 

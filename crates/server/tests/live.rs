@@ -26,12 +26,21 @@ struct Live {
 
 impl Live {
     async fn start(cfg: ServerConfig, ec: EngineConfig, model: PathBuf) -> Live {
+        Live::start_with(cfg, ec, model, 64).await
+    }
+
+    async fn start_with(
+        cfg: ServerConfig,
+        ec: EngineConfig,
+        model: PathBuf,
+        max_connections: usize,
+    ) -> Live {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let st = Shared::new(cfg);
         let (tx, rx) = oneshot::channel::<()>();
         let opts = ServeOptions {
-            max_connections: 64,
+            max_connections,
             shutdown_timeout: Duration::from_secs(10),
         };
         let task = tokio::spawn(serve(
@@ -48,7 +57,11 @@ impl Live {
             st,
             stop: Some(tx),
             task,
-            http: reqwest::Client::new(),
+            // No idle pooled connections: they would hold connection slots.
+            http: reqwest::Client::builder()
+                .pool_max_idle_per_host(0)
+                .build()
+                .unwrap(),
         };
         let t0 = Instant::now();
         while live.get("/ready").await.status() != 200 {
@@ -397,4 +410,32 @@ async fn shutdown_drains_in_flight_requests() {
     assert!(reqwest::get(format!("http://{}/health", live.addr))
         .await
         .is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_beyond_the_limit_wait_for_a_free_slot() {
+    let live = Live::start_with(ServerConfig::default(), engine_config(), model_path(), 1).await;
+    // Let the readiness probe's connection close, then take the only slot.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let hold = tokio::net::TcpStream::connect(live.addr).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let quick = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let e = quick.get(live.url("/health")).send().await.unwrap_err();
+    assert!(e.is_timeout(), "{e}");
+    drop(hold);
+    let t0 = Instant::now();
+    loop {
+        if let Ok(r) = quick.get(live.url("/health")).send().await {
+            assert_eq!(r.status(), 200);
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the slot was never freed"
+        );
+    }
 }

@@ -659,3 +659,35 @@ async fn cors_is_off_unless_configured() {
         "http://example.com"
     );
 }
+
+#[tokio::test]
+async fn the_request_timeout_cuts_unary_and_streaming_answers() {
+    let cfg = ServerConfig {
+        request_timeout: Some(std::time::Duration::from_millis(50)),
+        ..ServerConfig::default()
+    };
+    let st = state_with(cfg, engine_config());
+    let long = chat(json!({"max_tokens": 400, "ignore_eos": true}));
+    let (s, e) = fails(&st, post("/v1/chat/completions", &long)).await;
+    assert_eq!(
+        (s, e["code"].as_str()),
+        (StatusCode::REQUEST_TIMEOUT, Some("request_timeout"))
+    );
+    let mut sreq = long.clone();
+    sreq["stream"] = json!(true);
+    let text = body(call(&st, post("/v1/chat/completions", &sreq)).await).await;
+    assert!(text.contains("\"code\":\"request_timeout\""), "{text}");
+    assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
+    // Both sequences were cancelled, not run to the end.
+    let b = st.backend().unwrap();
+    let t0 = std::time::Instant::now();
+    while b.engine.metrics().requests_cancelled < 2 {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(10),
+            "{:?}",
+            b.engine.metrics()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(b.engine.metrics().requests_finished, 0);
+}
