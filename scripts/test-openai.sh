@@ -21,8 +21,9 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 [ -x "$venv/bin/pip" ] && "$venv/bin/pip" install --quiet --disable-pip-version-check "openai>=1.50,<3"
 
-cargo build --release --quiet -p hasten
-export HASTEN_BIN=$root/target/release/hasten
+# The test profile (optimized, see Cargo.toml) shares `cargo test`'s build.
+cargo build --profile test --quiet -p hasten
+export HASTEN_BIN=${HASTEN_BIN:-$root/target/debug/hasten}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export HASTEN_MODEL=$work/tiny.gguf

@@ -192,6 +192,28 @@ async fn leaving_mid_decode_cancels_the_stream() {
     let page = live.get("/metrics").await.text().await.unwrap();
     assert!(page.contains("hasten_requests_cancelled_total 1"), "{page}");
     assert!(page.contains("hasten_streams_abandoned_total 1"), "{page}");
+
+    // Non-streaming: the client gives up while tokens are being generated.
+    let before = live.metrics().generated_tokens;
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_millis(250))
+        .build()
+        .unwrap();
+    let mut unary = req.clone();
+    unary["stream"] = json!(false);
+    let e = client
+        .post(live.url("/v1/chat/completions"))
+        .json(&unary)
+        .send()
+        .await;
+    assert!(e.unwrap_err().is_timeout());
+    let m = live.idle_kv(2).await;
+    assert_eq!((m.requests_cancelled, m.requests_finished), (2, 0), "{m:?}");
+    assert!(
+        m.generated_tokens > before,
+        "it was decoding when the client left"
+    );
+    assert!(m.generated_tokens - before < 400);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
