@@ -5,10 +5,11 @@
 # example uses `curl -f`, so an HTTP error fails the run.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-: "${HASTEN_BIN:?}" "${HASTEN_MODEL:?}"
+: "${HASTEN_BIN:?}"
 work=$(mktemp -d)
 log=$work/serve.log
-"$HASTEN_BIN" serve --model "$HASTEN_MODEL" --port 0 --threads 1 2>"$log" &
+# No --model: the README's examples are about the built-in demo model.
+HASTEN_CACHE="$work/cache" "$HASTEN_BIN" serve --port 0 --threads 1 2>"$log" &
 pid=$!
 trap 'kill $pid 2>/dev/null || true; rm -rf "$work"' EXIT
 addr=

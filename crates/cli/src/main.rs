@@ -1,6 +1,7 @@
 //! The `hasten` binary: clap subcommands that wire the crates together.
 //! Errors become `anyhow` reports here and nowhere else.
 
+mod models;
 mod run;
 mod serve;
 mod synth;

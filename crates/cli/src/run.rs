@@ -13,9 +13,11 @@ use std::time::Instant;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// A GGUF file or a Hugging Face checkpoint directory.
+    /// A GGUF file, a Hugging Face checkpoint directory, or
+    /// hf:OWNER/REPO[:QUANT|:FILE] from the Hub (default: the small demo
+    /// model built into hasten).
     #[arg(long)]
-    model: PathBuf,
+    model: Option<PathBuf>,
     #[arg(long, short, default_value = "")]
     prompt: String,
     /// Benchmark mode: use N seeded random token ids as the prompt instead
@@ -64,7 +66,8 @@ pub struct Args {
 pub fn main(a: Args) -> Result<()> {
     let threads = crate::threads(a.threads)?;
     let t_load = Instant::now();
-    let lm = load(&a.model).with_context(|| format!("loading {}", a.model.display()))?;
+    let (path, _) = crate::models::resolve(a.model.as_deref())?;
+    let lm = load(&path).with_context(|| format!("loading {}", path.display()))?;
     let load_ms = t_load.elapsed().as_secs_f64() * 1e3;
     let tok = &lm.tokenizer;
     let params = SamplingParams {

@@ -15,9 +15,11 @@ use std::time::Duration;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// A GGUF file or a Hugging Face checkpoint directory.
+    /// A GGUF file, a Hugging Face checkpoint directory, or
+    /// hf:OWNER/REPO[:QUANT|:FILE] from the Hub (default: the small demo
+    /// model built into hasten).
     #[arg(long)]
-    model: PathBuf,
+    model: Option<PathBuf>,
     /// The name clients pass as `model` (default: the file name without extension).
     #[arg(long)]
     served_model_name: Option<String>,
@@ -118,12 +120,7 @@ pub fn main(a: Args) -> Result<()> {
         max_connections: a.max_connections,
         shutdown_timeout: secs(a.shutdown_timeout, "shutdown-timeout")?,
     };
-    let name = a.served_model_name.clone().unwrap_or_else(|| {
-        a.model
-            .file_stem()
-            .map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned())
-    });
-    let path = a.model.clone();
+    let (model, served) = (a.model.clone(), a.served_model_name.clone());
     let (kv_mib, max_running, max_waiting, itl, prefix) = (
         a.kv_cache_mib,
         a.max_running,
@@ -132,6 +129,11 @@ pub fn main(a: Args) -> Result<()> {
         !a.no_prefix_cache,
     );
     let loader = move || -> std::result::Result<Backend, String> {
+        // Resolving may download (hf:): the server already listens, /ready is 503.
+        let (path, default_name) =
+            crate::models::resolve(model.as_deref()).map_err(|e| format!("{e:#}"))?;
+        let name = served.unwrap_or(default_name);
+        let t0 = std::time::Instant::now();
         let lm = load(&path).map_err(|e| format!("loading {}: {e}", path.display()))?;
         let template = match lm.template {
             Some(t) => t,
@@ -148,8 +150,21 @@ pub fn main(a: Args) -> Result<()> {
         ec.itl_target = itl;
         ec.prefix_cache = prefix;
         let tokenizer = Arc::new(lm.tokenizer);
+        let engine_layers = lm.model.config.n_layers;
         let engine =
             Engine::start(Arc::new(lm.model), tokenizer.clone(), ec).map_err(|e| e.to_string())?;
+        let limits = engine.limits();
+        eprintln!(
+            "hasten serve: model {name} ({}, {:.1} MB, {} layers, context {}) loaded in {:.0} ms; KV cache {} tokens; {} threads, {} kernels",
+            path.display(),
+            lm.file_bytes as f64 / 1e6,
+            engine_layers,
+            limits.context_length,
+            t0.elapsed().as_secs_f64() * 1e3,
+            limits.kv_tokens,
+            threads.get(),
+            hasten_kernels::cpu::isa().name(),
+        );
         Ok(Backend::new(engine, tokenizer, template, name))
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
