@@ -200,19 +200,24 @@ fn checkpoint_files(files: &[String]) -> Option<Vec<String>> {
 }
 
 fn download_error(repo: &str, e: hf_hub::api::sync::ApiError) -> Error {
-    let text = e.to_string();
-    if text.contains("401") || text.contains("403") {
-        Error::Unauthorized { repo: repo.into() }
-    } else if text.contains("404") {
-        Error::NotFound {
+    use hf_hub::api::sync::ApiError;
+    let status = match &e {
+        ApiError::RequestError(r) => match r.as_ref() {
+            ureq::Error::Status(code, _) => Some(*code),
+            ureq::Error::Transport(_) => None,
+        },
+        _ => None,
+    };
+    match status {
+        Some(401 | 403) => Error::Unauthorized { repo: repo.into() },
+        Some(404) => Error::NotFound {
             repo: repo.into(),
             what: "the repository or file".into(),
-        }
-    } else {
-        Error::Download {
+        },
+        _ => Error::Download {
             repo: repo.into(),
-            message: text,
-        }
+            message: e.to_string(),
+        },
     }
 }
 
