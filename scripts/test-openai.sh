@@ -31,4 +31,4 @@ export HASTEN_MODEL=$work/tiny.gguf
   --vocab "$HASTEN_TESTDATA/tokenizer/ggml-vocab-llama-spm.gguf" -o "$HASTEN_MODEL" >/dev/null
 
 "$venv/bin/python" tests/openai/test_openai.py
-bash tests/openai/readme-curl.sh
+OPENAI_PYTHON=$root/$venv/bin/python bash tests/openai/readme-curl.sh

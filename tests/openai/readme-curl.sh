@@ -29,5 +29,16 @@ echo "$out" | grep -q '"object":"list"' || { echo "models example: $out" >&2; ex
 echo "$out" | grep -q 'data: \[DONE\]' || { echo "streaming example did not end with [DONE]" >&2; exit 1; }
 echo "$out" | grep -qi '^server-timing: queue;dur=' || { echo "no Server-Timing header shown" >&2; exit 1; }
 echo "README curl examples: $n commands ran against $addr"
+
+# The README's Python example (the first ```python block), if a Python with
+# the openai package was given.
+if [ -n "${OPENAI_PYTHON:-}" ]; then
+  awk '/^```python/{on=1; next} on && /^```/{exit} on{print}' "$root/README.md" \
+    | sed "s|127.0.0.1:8080|$addr|g" >"$work/example.py"
+  [ -s "$work/example.py" ] || { echo "no python example in the README" >&2; exit 1; }
+  said=$("$OPENAI_PYTHON" "$work/example.py")
+  [ -n "$said" ] || { echo "the README's python example printed nothing" >&2; exit 1; }
+  echo "README python example printed: $said"
+fi
 kill -TERM $pid
 wait $pid
