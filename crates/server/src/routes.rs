@@ -166,21 +166,42 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
         .map_err(|e| Error::Internal(format!("planning task failed: {e}")))?
 }
 
+/// The shared path of both completion endpoints: parse, refuse unknown
+/// models and overload before any work, plan on the blocking pool, run.
+async fn complete<R: DeserializeOwned + Send + 'static>(
+    st: AppState,
+    rid: RequestId,
+    body: std::result::Result<Bytes, BytesRejection>,
+    kind: Kind,
+    head: fn(&R) -> (Option<&str>, Option<i64>),
+    plan: fn(&R, &Backend, &params::ServerLimits) -> Result<Plan>,
+) -> Result<Response> {
+    let req: R = parse(body, st.cfg.max_body_bytes)?;
+    let b = st.backend()?;
+    let (model, n) = head(&req);
+    check_model(&b, model)?;
+    admit(&b, n)?;
+    // Choices per prompt: usage counts each prompt once, as OpenAI does.
+    let n_per_prompt = n.unwrap_or(1).max(1) as usize;
+    let (b2, sl) = (b.clone(), st.cfg.limits);
+    let plan = blocking(move || plan(&req, &b2, &sl)).await?;
+    run(st, b, rid, kind, plan, n_per_prompt).await
+}
+
 async fn chat(
     State(st): State<AppState>,
     Extension(rid): Extension<RequestId>,
     body: std::result::Result<Bytes, BytesRejection>,
 ) -> Result<Response> {
-    let req: ChatCompletionRequest = parse(body, st.cfg.max_body_bytes)?;
-    let b = st.backend()?;
-    check_model(&b, req.model.as_deref())?;
-    admit(&b, req.sampling.n)?;
-    let (b2, sl) = (b.clone(), st.cfg.limits);
-    let plan = blocking(move || {
-        params::plan_chat(&req, &b2.template, &b2.tokenizer, &b2.engine.limits(), &sl)
-    })
-    .await?;
-    run(st, b, rid, Kind::Chat, plan, 1).await
+    complete::<ChatCompletionRequest>(
+        st,
+        rid,
+        body,
+        Kind::Chat,
+        |r| (r.model.as_deref(), r.sampling.n),
+        |r, b, sl| params::plan_chat(r, &b.template, &b.tokenizer, &b.engine.limits(), sl),
+    )
+    .await
 }
 
 async fn completions(
@@ -188,16 +209,15 @@ async fn completions(
     Extension(rid): Extension<RequestId>,
     body: std::result::Result<Bytes, BytesRejection>,
 ) -> Result<Response> {
-    let req: CompletionRequest = parse(body, st.cfg.max_body_bytes)?;
-    let b = st.backend()?;
-    check_model(&b, req.model.as_deref())?;
-    admit(&b, req.sampling.n)?;
-    let n = req.sampling.n.unwrap_or(1).max(1) as usize;
-    let (b2, sl) = (b.clone(), st.cfg.limits);
-    let plan =
-        blocking(move || params::plan_completion(&req, &b2.tokenizer, &b2.engine.limits(), &sl))
-            .await?;
-    run(st, b, rid, Kind::Completion, plan, n).await
+    complete::<CompletionRequest>(
+        st,
+        rid,
+        body,
+        Kind::Completion,
+        |r| (r.model.as_deref(), r.sampling.n),
+        |r, b, sl| params::plan_completion(r, &b.tokenizer, &b.engine.limits(), sl),
+    )
+    .await
 }
 
 /// Counts a non-streaming request whose client left before the answer

@@ -191,6 +191,8 @@ async fn seeds_reproduce_and_n_choices_differ() {
     let choices = n["choices"].as_array().unwrap();
     assert_eq!(choices.len(), 3);
     assert_eq!(n["usage"]["completion_tokens"], 36);
+    // The prompt is counted once, not once per choice.
+    assert_eq!(n["usage"]["prompt_tokens"], a["usage"]["prompt_tokens"]);
     // Choice j of seed s samples as a single request of seed s + j.
     let n = json_of(
         call(
