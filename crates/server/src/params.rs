@@ -264,15 +264,18 @@ pub fn chat_prompt(msgs: &[Message], template: &ChatTemplate, tok: &Tokenizer) -
         .map_err(|e| Error::Internal(e.to_string()))
 }
 
-fn specs(
+/// The plan of a request: one spec per prompt and choice. `max` is the
+/// output-limit parameter's name and value, `flags` (stream, include_usage).
+fn plan(
     prompts: Vec<Vec<u32>>,
     s: &Sampling,
-    max_name: &str,
-    max_given: Option<i64>,
-    logprobs: Option<usize>,
+    (max_name, max_given): (&str, Option<i64>),
+    style: LogprobStyle,
+    (stream, include_usage): (bool, bool),
     lim: &Limits,
     sl: &ServerLimits,
-) -> Result<Vec<RequestSpec>> {
+) -> Result<Plan> {
+    let logprobs = logprob_count(style);
     let (params, stop, n) = sampling(s, lim.vocab_size)?;
     if prompts.len() * n > MAX_CHOICES {
         return Err(Error::bad(
@@ -306,7 +309,12 @@ fn specs(
             });
         }
     }
-    Ok(out)
+    Ok(Plan {
+        specs: out,
+        stream,
+        include_usage,
+        logprobs: style,
+    })
 }
 
 fn stream_flags(s: &Sampling) -> Result<(bool, bool)> {
@@ -346,21 +354,16 @@ pub fn plan_chat(
         Some(m) => ("max_completion_tokens", Some(m)),
         None => ("max_tokens", r.sampling.max_tokens),
     };
-    let specs = specs(
+    let flags = (stream, include_usage);
+    plan(
         vec![prompt],
         &r.sampling,
-        name,
-        given,
-        logprob_count(logprobs),
+        (name, given),
+        logprobs,
+        flags,
         lim,
         sl,
-    )?;
-    Ok(Plan {
-        specs,
-        stream,
-        include_usage,
-        logprobs,
-    })
+    )
 }
 
 fn top_count(n: Option<i64>, name: &str) -> Result<usize> {
@@ -413,21 +416,16 @@ pub fn plan_completion(
         Some(n) => LogprobStyle::Legacy(top_count(Some(n), "logprobs")?),
     };
     let prompts = completion_prompts(&r.prompt, tok)?;
-    let specs = specs(
+    let max = ("max_tokens", r.sampling.max_tokens);
+    plan(
         prompts,
         &r.sampling,
-        "max_tokens",
-        r.sampling.max_tokens,
-        logprob_count(logprobs),
+        max,
+        logprobs,
+        (stream, include_usage),
         lim,
         sl,
-    )?;
-    Ok(Plan {
-        specs,
-        stream,
-        include_usage,
-        logprobs,
-    })
+    )
 }
 
 #[cfg(test)]
