@@ -186,7 +186,7 @@ async fn status_error(resp: reqwest::Response, deadline: Deadline) -> Error {
     let body = serde_json::from_str::<serde_json::Value>(&raw)
         .ok()
         .filter(|v| v.get("error").is_some())
-        .map(|v| crate::request::error_body(&v));
+        .map(|v| Box::new(crate::request::error_body(&v)));
     Error::Status {
         status,
         body,
@@ -272,7 +272,7 @@ fn is_output(data: &str) -> Result<bool, Error> {
     let w: crate::request::Wire = serde_json::from_str(data)
         .map_err(|e| Error::Protocol(format!("a stream event is not a chunk: {e}")))?;
     if let Some(e) = &w.error {
-        return Err(Error::Stream(crate::request::error_body(e)));
+        return Err(Error::Stream(Box::new(crate::request::error_body(e))));
     }
     Ok(w.choices
         .iter()

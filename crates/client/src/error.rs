@@ -26,7 +26,7 @@ pub enum Error {
     Status {
         status: u16,
         /// OpenAI's error shape, when the body had it.
-        body: Option<ErrorBody>,
+        body: Option<Box<ErrorBody>>,
         /// The body as sent (truncated to 4 KiB).
         raw: String,
         /// The server's `Retry-After`/`retry-after-ms`.
@@ -34,7 +34,7 @@ pub enum Error {
     },
     /// An `{"error": ...}` event inside a stream.
     #[error("the server reported an error mid-stream: {}", .0.error.message)]
-    Stream(ErrorBody),
+    Stream(Box<ErrorBody>),
     /// The connection broke or the body ended before `[DONE]` / a final
     /// `finish_reason`, and the break policy did not (or could not) recover.
     #[error("the stream broke after output began ({reason}); the text received so far is kept")]
@@ -44,7 +44,7 @@ pub enum Error {
     Protocol(String),
 }
 
-fn message(body: &Option<ErrorBody>, raw: &str) -> String {
+fn message(body: &Option<Box<ErrorBody>>, raw: &str) -> String {
     match body {
         Some(b) => b.error.message.clone(),
         None => raw.chars().take(200).collect(),

@@ -225,7 +225,7 @@ impl Client {
         let v: serde_json::Value = serde_json::from_slice(&bytes)
             .map_err(|e| Error::Protocol(format!("the response is not JSON: {e}")))?;
         if v.get("error").is_some() {
-            return Err(Error::Stream(error_body(&v)));
+            return Err(Error::Stream(Box::new(error_body(&v))));
         }
         let w: Wire = serde_json::from_value(v)
             .map_err(|e| Error::Protocol(format!("the response is not a completion: {e}")))?;
@@ -281,7 +281,7 @@ impl Client {
             let v = serde_json::from_str::<serde_json::Value>(&text).ok();
             return Err(Error::Status {
                 status,
-                body: v.as_ref().map(error_body),
+                body: v.as_ref().map(|v| Box::new(error_body(v))),
                 raw: text,
                 retry_after: None,
             });

@@ -324,7 +324,7 @@ impl Streaming {
         let w: Wire = serde_json::from_str(data)
             .map_err(|e| Error::Protocol(format!("a stream event is not a chunk: {e}")))?;
         if let Some(e) = &w.error {
-            return Err(Error::Stream(error_body(e)));
+            return Err(Error::Stream(Box::new(error_body(e))));
         }
         if self.out.stats.ttft.is_some() {
             if let Some(p) = prev_event {
