@@ -126,6 +126,27 @@ impl ChatTemplate {
             _ => Error::Template(format!("{e:#}")),
         })
     }
+
+    /// Renders a conversation whose last message (the assistant's, so far)
+    /// is to be continued: the prompt ends right after that message's text,
+    /// with no end-of-turn after it. The text is kept exactly, trailing
+    /// whitespace included, even where the template would trim it.
+    pub fn render_continuing(&self, messages: &[Message]) -> Result<String> {
+        // A marker no model text contains shows where the message ends.
+        const MARK: &str = "\u{1}hasten-continue\u{1}";
+        let mut msgs = messages.to_vec();
+        let Some(last) = msgs.last_mut() else {
+            return Err(Error::Template("no message to continue".into()));
+        };
+        last.content.push_str(MARK);
+        let text = self.render(&msgs, false)?;
+        match text.rfind(MARK) {
+            Some(i) => Ok(text[..i].to_owned()),
+            None => Err(Error::Template(
+                "this chat template does not show the final message's text as given, so it cannot be continued".into(),
+            )),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -142,6 +163,33 @@ mod tests {
         add_generation_prompt: bool,
         expected: Option<String>,
         error: Option<String>,
+    }
+
+    #[test]
+    fn a_final_assistant_message_is_continued_without_its_end_of_turn() {
+        let chatml = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+        let t = ChatTemplate::new(chatml, "", "").unwrap();
+        let msgs = [
+            Message::new("user", "hi"),
+            Message::new("assistant", "Hello, wor"),
+        ];
+        assert_eq!(
+            t.render_continuing(&msgs).unwrap(),
+            "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nHello, wor"
+        );
+        let trims = "{% for m in messages %}[{{ m.role }}] {{ m.content | trim }}</s>{% endfor %}";
+        let t = ChatTemplate::new(trims, "", "").unwrap();
+        let msgs = [
+            Message::new("user", "hi"),
+            Message::new("assistant", "Hello "),
+        ];
+        assert_eq!(
+            t.render_continuing(&msgs).unwrap(),
+            "[user] hi</s>[assistant] Hello "
+        );
+        let hides = "{% for m in messages %}{{ m.role }}{% endfor %}";
+        let t = ChatTemplate::new(hides, "", "").unwrap();
+        assert!(t.render_continuing(&msgs).is_err());
     }
 
     #[test]

@@ -251,9 +251,61 @@ pub fn chat_messages(msgs: &[ChatMessage]) -> Result<Vec<Message>> {
     Ok(out)
 }
 
+/// How a chat prompt ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// A new assistant turn begins (`add_generation_prompt`).
+    Generate,
+    /// The final (assistant) message is continued, as llama-server does
+    /// for a final assistant message and vLLM's `continue_final_message`.
+    Continue,
+    /// Neither (`add_generation_prompt: false`).
+    Nothing,
+}
+
+/// The ending the request asks for, from vLLM's `continue_final_message`
+/// and `add_generation_prompt` (taken out of `extra`); with neither, a
+/// final assistant message is continued.
+pub fn ending(extra: &mut Extra, msgs: &[Message]) -> Result<Ending> {
+    let mut flag = |name: &str| -> Result<Option<bool>> {
+        match extra.remove(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(b)),
+            Some(_) => Err(Error::bad(format!("{name} must be a boolean"), name)),
+        }
+    };
+    let cont = flag("continue_final_message")?;
+    let gen = flag("add_generation_prompt")?;
+    let last_assistant = msgs.last().is_some_and(|m| m.role == "assistant");
+    match (cont, gen) {
+        (Some(true), Some(true)) => Err(Error::bad(
+            "continue_final_message and add_generation_prompt cannot both be true",
+            "continue_final_message",
+        )),
+        (Some(true), _) if !last_assistant => Err(Error::bad(
+            "continue_final_message needs the last message to be the assistant's",
+            "continue_final_message",
+        )),
+        (Some(true), _) => Ok(Ending::Continue),
+        (None, None) if last_assistant => Ok(Ending::Continue),
+        (_, Some(false)) => Ok(Ending::Nothing),
+        _ => Ok(Ending::Generate),
+    }
+}
+
 /// Renders and tokenizes a chat prompt (control-token text becomes tokens).
-pub fn chat_prompt(msgs: &[Message], template: &ChatTemplate, tok: &Tokenizer) -> Result<Vec<u32>> {
-    let text = template.render(msgs, true).map_err(|e| {
+pub fn chat_prompt(
+    msgs: &[Message],
+    template: &ChatTemplate,
+    tok: &Tokenizer,
+    how: Ending,
+) -> Result<Vec<u32>> {
+    let text = match how {
+        Ending::Continue => template.render_continuing(msgs),
+        Ending::Generate => template.render(msgs, true),
+        Ending::Nothing => template.render(msgs, false),
+    };
+    let text = text.map_err(|e| {
         Error::bad(
             format!("the chat template could not render these messages: {e}"),
             "messages",
@@ -336,7 +388,10 @@ pub fn plan_chat(
     lim: &Limits,
     sl: &ServerLimits,
 ) -> Result<Plan> {
-    check_extra(&r.extra, "")?;
+    let msgs = chat_messages(&r.messages)?;
+    let mut extra = r.extra.clone();
+    let how = ending(&mut extra, &msgs)?;
+    check_extra(&extra, "")?;
     let (stream, include_usage) = stream_flags(&r.sampling)?;
     let logprobs = match (r.logprobs.unwrap_or(false), r.top_logprobs) {
         (false, Some(_)) => {
@@ -348,8 +403,7 @@ pub fn plan_chat(
         (false, None) => LogprobStyle::None,
         (true, n) => LogprobStyle::Chat(top_count(n, "top_logprobs")?),
     };
-    let msgs = chat_messages(&r.messages)?;
-    let prompt = chat_prompt(&msgs, template, tok)?;
+    let prompt = chat_prompt(&msgs, template, tok, how)?;
     let (name, given) = match r.max_completion_tokens {
         Some(m) => ("max_completion_tokens", Some(m)),
         None => ("max_tokens", r.sampling.max_tokens),
@@ -431,6 +485,42 @@ pub fn plan_completion(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_final_assistant_message_is_continued_unless_told_otherwise() {
+        let ex = |j: &str| -> Extra { serde_json::from_str(j).unwrap() };
+        let user = [Message::new("user", "hi")];
+        let prefill = [Message::new("user", "hi"), Message::new("assistant", "Hel")];
+        let e = |j: &str, m: &[Message]| ending(&mut ex(j), m);
+        assert_eq!(e("{}", &user).unwrap(), Ending::Generate);
+        assert_eq!(e("{}", &prefill).unwrap(), Ending::Continue);
+        assert_eq!(
+            e(r#"{"continue_final_message":false}"#, &prefill).unwrap(),
+            Ending::Generate
+        );
+        assert_eq!(
+            e(
+                r#"{"continue_final_message":true,"add_generation_prompt":false}"#,
+                &prefill
+            )
+            .unwrap(),
+            Ending::Continue
+        );
+        assert_eq!(
+            e(r#"{"add_generation_prompt":false}"#, &user).unwrap(),
+            Ending::Nothing
+        );
+        assert!(e(r#"{"continue_final_message":true}"#, &user).is_err());
+        assert!(e(
+            r#"{"continue_final_message":true,"add_generation_prompt":true}"#,
+            &prefill
+        )
+        .is_err());
+        assert!(e(r#"{"add_generation_prompt":"yes"}"#, &user).is_err());
+        let mut x = ex(r#"{"continue_final_message":true,"echo":false}"#);
+        ending(&mut x, &prefill).unwrap();
+        assert_eq!(x.len(), 1, "the flags are taken out of extra");
+    }
 
     #[test]
     fn unsupported_fields_are_named_unless_neutral() {

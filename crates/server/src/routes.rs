@@ -418,7 +418,11 @@ async fn tokenize(
             (Some(p), None) => tok
                 .encode(p, special && tok.add_bos, false)
                 .map_err(|e| Error::Internal(e.to_string())),
-            (None, Some(m)) => params::chat_prompt(&params::chat_messages(m)?, &b2.template, tok),
+            (None, Some(m)) => {
+                let msgs = params::chat_messages(m)?;
+                let how = params::ending(&mut Default::default(), &msgs)?;
+                params::chat_prompt(&msgs, &b2.template, tok, how)
+            }
             _ => Err(Error::bad(
                 "give exactly one of prompt and messages",
                 "prompt",
