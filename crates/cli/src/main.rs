@@ -1,7 +1,10 @@
 //! The `hasten` binary: clap subcommands that wire the crates together.
 //! Errors become `anyhow` reports here and nowhere else.
 
+mod chat;
+mod complete;
 mod models;
+mod remote;
 mod run;
 mod serve;
 mod synth;
@@ -30,6 +33,10 @@ enum Command {
     Tokenize(tokenize::Args),
     /// Write a synthetic model with random weights (benchmarks, tests).
     Synth(synth::Args),
+    /// Chat with an OpenAI-compatible server (default: a local `hasten serve`).
+    Chat(chat::Args),
+    /// One request to an OpenAI-compatible server, from arguments or stdin.
+    Complete(complete::Args),
 }
 
 fn main() {
@@ -39,6 +46,8 @@ fn main() {
         Command::Serve(a) => serve::main(a),
         Command::Tokenize(a) => tokenize::main(a),
         Command::Synth(a) => synth::main(a),
+        Command::Chat(a) => chat::main(a),
+        Command::Complete(a) => complete::main(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

@@ -1,0 +1,232 @@
+//! Helpers the binary's integration tests share: a real `hasten serve`
+//! child on a loopback port, a bare HTTP/1.1 exchange, and a TCP proxy
+//! that can slow the server's bytes down or cut a connection mid-stream.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// One HTTP/1.1 exchange with `Connection: close`; returns (status, body).
+pub fn http(addr: &str, method: &str, path: &str, body: &str) -> std::io::Result<(u16, String)> {
+    let mut s = TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(60)))?;
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut resp = String::new();
+    s.read_to_string(&mut resp)?;
+    let status = resp.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = resp.split_once("\r\n\r\n").map_or("", |p| p.1).to_owned();
+    Ok((status, body))
+}
+
+/// `hasten serve` on port 0 (the built-in model unless `args` say
+/// otherwise), killed on drop.
+pub struct Serve {
+    child: std::process::Child,
+    pub addr: String,
+    _cache: tempfile::TempDir,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Serve {
+    pub fn start(args: &[&str]) -> Serve {
+        let cache = tempfile::tempdir().unwrap();
+        let t0 = Instant::now();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_hasten"))
+            .args(["serve", "--port", "0"])
+            .args(args)
+            .env("HASTEN_CACHE", cache.path())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let addr = loop {
+            let line = lines.next().expect("hasten serve exited").unwrap();
+            if let Some(a) = line.split("listening on http://").nth(1) {
+                break a.trim().to_owned();
+            }
+        };
+        // Keep draining stderr so the server never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        loop {
+            if let Ok((200, _)) = http(&addr, "GET", "/ready", "") {
+                break;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "not ready after 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        eprintln!("ready {} ms after start", t0.elapsed().as_millis());
+        Serve {
+            child,
+            addr,
+            _cache: cache,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A counter from `/metrics`.
+    pub fn metric(&self, name: &str) -> f64 {
+        let (_, body) = http(&self.addr, "GET", "/metrics", "").unwrap();
+        body.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in /metrics"))
+    }
+}
+
+/// What the proxy does to the server's bytes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Faults {
+    /// Sleep this long before forwarding each read (at most `read_size` bytes).
+    pub delay: Duration,
+    pub read_size: usize,
+    /// Cut the first connection after this many SSE events reached the client.
+    pub cut_first_after_events: Option<usize>,
+}
+
+/// A loopback TCP proxy in front of `upstream`, recording what clients send.
+pub struct Proxy {
+    pub addr: String,
+    pub requests: Arc<Mutex<Vec<String>>>,
+    pub connections: Arc<AtomicUsize>,
+}
+
+impl Proxy {
+    pub fn start(upstream: &str, faults: Faults) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let connections = Arc::new(AtomicUsize::new(0));
+        let (reqs, conns, up) = (requests.clone(), connections.clone(), upstream.to_string());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                let n = conns.fetch_add(1, Ordering::SeqCst);
+                let Ok(server) = TcpStream::connect(&up) else {
+                    continue;
+                };
+                let (reqs, f) = (reqs.clone(), faults);
+                std::thread::spawn(move || pipe(client, server, n, f, reqs));
+            }
+        });
+        Proxy {
+            addr,
+            requests,
+            connections,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Every request clients sent, in order, split by `Content-Length`
+    /// (a pooled connection carries several).
+    pub fn requests(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for conn in self.requests.lock().unwrap().iter() {
+            let mut rest = conn.as_str();
+            while let Some(head_end) = rest.find("\r\n\r\n") {
+                let head = &rest[..head_end];
+                let len = head
+                    .lines()
+                    .find_map(|l| {
+                        let (k, v) = l.split_once(':')?;
+                        k.eq_ignore_ascii_case("content-length")
+                            .then(|| v.trim().parse().ok())?
+                    })
+                    .unwrap_or(0usize);
+                let end = (head_end + 4 + len).min(rest.len());
+                out.push(rest[..end].to_string());
+                rest = &rest[end..];
+            }
+        }
+        out
+    }
+}
+
+fn pipe(
+    mut client: TcpStream,
+    mut server: TcpStream,
+    n: usize,
+    f: Faults,
+    reqs: Arc<Mutex<Vec<String>>>,
+) {
+    let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+    let idx = {
+        let mut r = reqs.lock().unwrap();
+        r.push(String::new());
+        r.len() - 1
+    };
+    let reqs2 = reqs.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 8192];
+        while let Ok(k) = c2.read(&mut buf) {
+            if k == 0 || s2.write_all(&buf[..k]).is_err() {
+                break;
+            }
+            reqs2.lock().unwrap()[idx].push_str(&String::from_utf8_lossy(&buf[..k]));
+        }
+        let _ = s2.shutdown(Shutdown::Write);
+    });
+    let mut buf = vec![0u8; if f.read_size == 0 { 8192 } else { f.read_size }];
+    let mut events = 0;
+    let mut tail = Vec::new();
+    loop {
+        let k = match server.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(k) => k,
+        };
+        if !f.delay.is_zero() {
+            std::thread::sleep(f.delay);
+        }
+        let mut out = &buf[..k];
+        if let (0, Some(limit)) = (n, f.cut_first_after_events) {
+            // Forward up to the end of event number `limit`, then cut.
+            let mut end = None;
+            for (i, &b) in out.iter().enumerate() {
+                tail.push(b);
+                if tail.ends_with(b"\n\n") {
+                    if tail.windows(5).any(|w| w == b"data:") {
+                        events += 1;
+                    }
+                    tail.clear();
+                    if events == limit {
+                        end = Some(i + 1);
+                        break;
+                    }
+                }
+            }
+            if let Some(e) = end {
+                out = &out[..e];
+                let _ = client.write_all(out);
+                let _ = client.shutdown(Shutdown::Both);
+                let _ = server.shutdown(Shutdown::Both);
+                return;
+            }
+        }
+        if client.write_all(out).is_err() {
+            break;
+        }
+    }
+    let _ = client.shutdown(Shutdown::Both);
+}

@@ -1,0 +1,186 @@
+//! The client side against the real `hasten serve` (built-in model): a
+//! stream cut mid-answer comes back whole through a resume, or through a
+//! continuation when the server has already forgotten it; and `hasten
+//! chat` driven in a pseudo-terminal (two turns, `/stats`, Ctrl-C).
+
+mod common;
+
+use common::{Faults, Proxy, Serve};
+use expectrl::{ControlCode, Session};
+use hasten_client::{Client, Config, OnBreak, Request};
+use hasten_protocol::chat::{ChatCompletionRequest, ChatMessage};
+use std::process::Command;
+use std::time::Duration;
+
+fn greedy(max_tokens: i64) -> Request {
+    let mut r = ChatCompletionRequest {
+        messages: vec![ChatMessage::new(
+            "user",
+            "Who made the heaven and the earth?",
+        )],
+        ..Default::default()
+    };
+    r.sampling.max_tokens = Some(max_tokens);
+    r.sampling.temperature = Some(0.0);
+    r.into()
+}
+
+fn client(url: String, on_break: OnBreak) -> Client {
+    let mut c = Config::new(url);
+    c.on_break = on_break;
+    c.timeouts.first_token = Duration::from_secs(30);
+    c.timeouts.idle = Duration::from_secs(10);
+    Client::new(c).unwrap()
+}
+
+#[tokio::test]
+async fn a_stream_cut_mid_answer_is_resumed_and_arrives_exactly_once() {
+    let server = Serve::start(&[]);
+    let reference = client(server.url(), OnBreak::Fail)
+        .stream(greedy(60))
+        .collect()
+        .await
+        .unwrap();
+    assert!(reference.text().len() > 40, "{:?}", reference.text());
+    let proxy = Proxy::start(
+        &server.addr,
+        Faults {
+            cut_first_after_events: Some(10),
+            ..Faults::default()
+        },
+    );
+    let out = client(proxy.url(), OnBreak::Resume)
+        .stream(greedy(60))
+        .collect()
+        .await
+        .unwrap();
+    assert_eq!(out.text(), reference.text());
+    assert_eq!((out.stats.resumes, out.stats.continuations), (1, 0));
+    let reqs = proxy.requests();
+    assert_eq!(reqs.len(), 2, "{reqs:?}");
+    let rid = out.stats.request_id.clone().unwrap();
+    assert!(
+        reqs[1].starts_with(&format!("GET /v1/streams/{rid} ")),
+        "{}",
+        reqs[1]
+    );
+    // The id of the last event that got through: a number, not empty.
+    let last = reqs[1]
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("last-event-id:")
+                .map(|v| v.trim().to_string())
+        })
+        .unwrap_or_default();
+    assert!(last.parse::<u64>().is_ok_and(|n| n >= 9), "{}", reqs[1]);
+}
+
+#[tokio::test]
+async fn a_forgotten_stream_is_continued_without_repeating_text() {
+    // With no grace period the server cancels a stream as soon as its
+    // client leaves, so the resume fails and the client continues.
+    let server = Serve::start(&["--resume-grace", "0"]);
+    let reference = client(server.url(), OnBreak::Fail)
+        .stream(greedy(60))
+        .collect()
+        .await
+        .unwrap();
+    let proxy = Proxy::start(
+        &server.addr,
+        Faults {
+            cut_first_after_events: Some(10),
+            ..Faults::default()
+        },
+    );
+    let out = client(proxy.url(), OnBreak::Continue)
+        .stream(greedy(60))
+        .collect()
+        .await
+        .unwrap();
+    assert_eq!(
+        (out.stats.resumes, out.stats.continuations),
+        (1, 1),
+        "{:?}",
+        out.stats
+    );
+    let reqs = proxy.requests();
+    assert_eq!(reqs.len(), 3, "POST, failed resume, continuation: {reqs:?}");
+    assert!(reqs[1].starts_with("GET /v1/streams/"));
+    let body: serde_json::Value =
+        serde_json::from_str(reqs[2].split_once("\r\n\r\n").unwrap().1).unwrap();
+    let prefix = body["messages"][1]["content"].as_str().unwrap().to_string();
+    assert_eq!(body["messages"][1]["role"], "assistant");
+    assert!(!prefix.is_empty() && out.text().starts_with(&prefix));
+    assert_eq!(
+        body["max_tokens"],
+        60 - out.stats.extra_prompt_tokens as i64
+    );
+    // Greedy decoding continues the same text from the same prefix.
+    assert_eq!(out.text(), reference.text());
+}
+
+fn chat(url: &str, extra: &[&str]) -> Session {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hasten"));
+    cmd.args(["chat", "--url", url, "--temperature", "0"])
+        .args(extra);
+    cmd.env("TERM", "xterm");
+    let mut s = Session::spawn(cmd).unwrap();
+    s.set_expect_timeout(Some(Duration::from_secs(60)));
+    s
+}
+
+#[test]
+fn hasten_chat_keeps_a_conversation_and_ctrl_c_stops_an_answer() {
+    let server = Serve::start(&[]);
+    // Two turns and the stats.
+    let proxy = Proxy::start(&server.addr, Faults::default());
+    let mut s = chat(&proxy.url(), &["-n", "16"]);
+    s.expect("> ").unwrap();
+    s.send("Who made the heaven and the earth?\r").unwrap();
+    let first = s.expect("> ").unwrap();
+    let first = String::from_utf8_lossy(first.before()).to_string();
+    assert!(first.split_whitespace().count() >= 4, "{first:?}");
+    s.send("And what did he say?\r").unwrap();
+    s.expect("> ").unwrap();
+    s.send("/stats\r").unwrap();
+    s.expect("TTFT").unwrap();
+    s.expect("attempts").unwrap();
+    s.expect("> ").unwrap();
+    s.send("/quit\r").unwrap();
+    s.expect(expectrl::Eof).unwrap();
+    let reqs = proxy.requests();
+    let posts: Vec<&String> = reqs.iter().filter(|r| r.starts_with("POST")).collect();
+    assert_eq!(posts.len(), 2, "{reqs:?}");
+    let second: serde_json::Value =
+        serde_json::from_str(posts[1].split_once("\r\n\r\n").unwrap().1).unwrap();
+    let msgs = second["messages"].as_array().unwrap();
+    assert_eq!(msgs.len(), 3, "the second turn carries the first: {msgs:?}");
+    assert_eq!(msgs[1]["role"], "assistant");
+    assert_eq!(msgs[2]["content"], "And what did he say?");
+
+    // A slow link makes a long answer take seconds; Ctrl-C stops it and
+    // the chat goes on.
+    let slow = Proxy::start(
+        &server.addr,
+        Faults {
+            delay: Duration::from_millis(30),
+            read_size: 128,
+            ..Faults::default()
+        },
+    );
+    let mut s = chat(&slow.url(), &["-n", "400"]);
+    s.expect("> ").unwrap();
+    let t0 = std::time::Instant::now();
+    s.send("Tell me of the kings of Israel\r").unwrap();
+    // Wait for some of the answer, then interrupt.
+    s.expect(expectrl::Regex("[a-z]{3}")).unwrap();
+    s.send(ControlCode::EndOfText).unwrap();
+    s.expect("[stopped]").unwrap();
+    s.expect("> ").unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(8), "{:?}", t0.elapsed());
+    s.send("/stats\r").unwrap();
+    s.expect("output tokens").unwrap();
+    s.send("/quit\r").unwrap();
+    s.expect(expectrl::Eof).unwrap();
+}
