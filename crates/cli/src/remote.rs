@@ -163,12 +163,16 @@ pub fn report(s: &Stats) -> String {
 /// Generation settings both subcommands send.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Gen {
+    /// Most tokens to generate (default: the server's)
     #[arg(long, short = 'n')]
     pub max_tokens: Option<i64>,
+    /// Sampling temperature (0: greedy)
     #[arg(long)]
     pub temperature: Option<f64>,
+    /// Nucleus sampling: keep the most likely tokens up to this probability mass
     #[arg(long)]
     pub top_p: Option<f64>,
+    /// Seed for sampling, for repeatable answers
     #[arg(long)]
     pub seed: Option<i64>,
     /// Stop before this text (repeatable).

@@ -13,6 +13,20 @@
 //! - every answer carries [`Stats`]: TTFT, ITL, ICL, E2E, TPOT, attempts,
 //!   and the server's timing breakdown when it sends one.
 //!
+//! ```no_run
+//! # async fn demo() -> hasten_client::Result<()> {
+//! use hasten_client::{Client, Config, Request};
+//! let client = Client::new(Config::new("http://127.0.0.1:8080"))?;
+//! let mut stream = client.stream(Request::chat(None, "Why is the sky blue?"));
+//! while let Some(delta) = stream.next().await? {
+//!     print!("{}", delta.text);
+//! }
+//! let stats = &stream.output().stats;
+//! println!("\nTTFT {:?}, E2E {:?}, retries {}", stats.ttft, stats.e2e, stats.retries);
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! Modules: [`config`] (settings), [`error`], `sse` (event parser),
 //! `policy` (backoff, budgets), `request` (bodies, continuation, lenient
 //! response readers), `attempt` (one HTTP attempt, the hedge race),
