@@ -142,6 +142,12 @@ fn read_input(rl: &mut rustyline::DefaultEditor) -> Result<Option<String>> {
 /// Streams one answer to stdout until it ends, fails, or Ctrl-C.
 async fn answer(client: &Client, req: ChatCompletionRequest) -> (Output, Ended) {
     let mut s = client.stream(req);
+    // While a line is edited the terminal is raw and Ctrl-C is a key
+    // rustyline handles; while an answer streams it is SIGINT. rustyline
+    // holds a SIGINT handler for the editor's life (so a Ctrl-C between
+    // the two never kills us) until tokio's, installed at the first
+    // answer's first poll, takes over for good. Listening is per answer,
+    // so a Ctrl-C from an earlier turn cannot stop this one.
     let stop = tokio::signal::ctrl_c();
     tokio::pin!(stop);
     let mut stdout = std::io::stdout();

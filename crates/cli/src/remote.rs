@@ -191,6 +191,7 @@ impl Gen {
             // Usage gives exact token counts for TPOT; every common server takes it.
             stream_options: stream.then_some(hasten_protocol::StreamOptions {
                 include_usage: Some(true),
+                ..Default::default()
             }),
             ..Default::default()
         }

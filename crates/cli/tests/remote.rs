@@ -173,7 +173,8 @@ fn hasten_chat_keeps_a_conversation_and_ctrl_c_stops_an_answer() {
     s.expect("> ").unwrap();
     let t0 = std::time::Instant::now();
     s.send("Tell me of the kings of Israel\r").unwrap();
-    // Wait for some of the answer, then interrupt.
+    // Wait for some of the answer (past the echoed question), then interrupt.
+    s.expect("Israel").unwrap();
     s.expect(expectrl::Regex("[a-z]{3}")).unwrap();
     s.send(ControlCode::EndOfText).unwrap();
     s.expect("[stopped]").unwrap();

@@ -51,7 +51,8 @@ pub struct Stats {
     /// One sample per token after the first: an event carrying k tokens
     /// after a gap g gives k samples of g/k.
     pub itl: Vec<Duration>,
-    /// Gaps between consecutive data events after the first token.
+    /// Gaps between consecutive events that carry output text (chunks),
+    /// after the first token.
     pub icl: Vec<Duration>,
     /// Output tokens (the server's count when it gave one).
     pub output_tokens: u64,

@@ -50,6 +50,8 @@ pub struct Streaming {
     total: Option<Deadline>,
     /// Arrival of the last data event (idle timeout, ICL).
     last_event_at: Option<Instant>,
+    /// When the last event with output text arrived (for ICL).
+    last_text_at: Option<Instant>,
     last_token_at: Vec<Option<Instant>>,
     /// The stream's request id and last event id, for a resume.
     request_id: Option<String>,
@@ -84,6 +86,7 @@ impl Streaming {
             started: Instant::now(),
             total: None,
             last_event_at: None,
+            last_text_at: None,
             last_token_at: vec![None; choices],
             request_id: None,
             last_event_id: None,
@@ -313,7 +316,8 @@ impl Streaming {
 
     /// Handles one data event.
     fn on_event(&mut self, id: Option<String>, data: &str, at: Instant) -> Result<(), Error> {
-        let prev_event = self.last_event_at.replace(at);
+        self.last_event_at = Some(at);
+        let mut icl_recorded = false;
         if id.is_some() {
             self.last_event_id = id;
         }
@@ -325,11 +329,6 @@ impl Streaming {
             .map_err(|e| Error::Protocol(format!("a stream event is not a chunk: {e}")))?;
         if let Some(e) = &w.error {
             return Err(Error::Stream(Box::new(error_body(e))));
-        }
-        if self.out.stats.ttft.is_some() {
-            if let Some(p) = prev_event {
-                self.out.stats.icl.push(at.saturating_duration_since(p));
-            }
         }
         // Servers that put usage on every chunk say how many tokens each
         // event carried.
@@ -359,6 +358,13 @@ impl Streaming {
                 text = self.through_seam(text);
             }
             if !text.is_empty() {
+                // ICL: gaps between events that carry output text.
+                if !icl_recorded {
+                    icl_recorded = true;
+                    if let Some(p) = self.last_text_at.replace(at) {
+                        self.out.stats.icl.push(at.saturating_duration_since(p));
+                    }
+                }
                 let k = if self.choices == 1 {
                     event_tokens.unwrap_or(1)
                 } else {

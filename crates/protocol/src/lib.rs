@@ -41,6 +41,10 @@ impl Stop {
 pub struct StreamOptions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub include_usage: Option<bool>,
+    /// vLLM's extension: usage (tokens so far) on every chunk, so a client
+    /// knows how many tokens each event carried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continuous_usage_stats: Option<bool>,
 }
 
 /// Sampling fields shared by both completion endpoints (flattened into each).

@@ -43,6 +43,8 @@ pub struct Plan {
     pub specs: Vec<RequestSpec>,
     pub stream: bool,
     pub include_usage: bool,
+    /// Usage on every chunk (`stream_options.continuous_usage_stats`).
+    pub continuous_usage: bool,
     pub logprobs: LogprobStyle,
 }
 
@@ -365,6 +367,11 @@ fn plan(
         specs: out,
         stream,
         include_usage,
+        continuous_usage: stream
+            && s.stream_options
+                .as_ref()
+                .and_then(|o| o.continuous_usage_stats)
+                .unwrap_or(false),
         logprobs: style,
     })
 }

@@ -101,6 +101,8 @@ fn legacy_push(out: &mut CompletionLogprobs, t: &TokenEvent, text: &TokenText, o
 #[derive(Debug, Default, Clone)]
 struct ChoiceState {
     finish: Option<Finish>,
+    /// Output tokens produced so far.
+    tokens: u64,
     failed: bool,
     text_len: usize,
 }
@@ -110,6 +112,8 @@ pub struct StreamEncoder {
     kind: Kind,
     head: Header,
     include_usage: bool,
+    /// Prompt tokens per choice, when every chunk carries usage.
+    continuous: Option<Vec<u64>>,
     logprobs: LogprobStyle,
     n_per_prompt: usize,
     text: TokenText,
@@ -131,12 +135,32 @@ impl StreamEncoder {
             kind,
             head,
             include_usage,
+            continuous: None,
             logprobs,
             n_per_prompt,
             text,
             choices: vec![ChoiceState::default(); choices],
             done: false,
         }
+    }
+
+    /// Puts usage (tokens so far) on every chunk, vLLM's
+    /// `continuous_usage_stats`; `prompt_tokens` per choice.
+    pub fn with_continuous_usage(mut self, prompt_tokens: Vec<u64>) -> Self {
+        self.continuous = Some(prompt_tokens);
+        self
+    }
+
+    /// Usage so far, for a chunk of choice `i` (all choices' output counted).
+    fn running_usage(&self, i: usize) -> Option<Usage> {
+        let prompt = *self.continuous.as_ref()?.get(i)?;
+        let completion = self.choices.iter().map(|c| c.tokens).sum::<u64>();
+        Some(Usage {
+            prompt_tokens: prompt,
+            completion_tokens: completion,
+            total_tokens: prompt + completion,
+            ..Usage::default()
+        })
     }
 
     /// Frames before any event: chat streams open each choice with its role.
@@ -170,11 +194,13 @@ impl StreamEncoder {
                 out.push(Frame::Comment(format!("prefill done={done} total={total}")))
             }
             Event::Token(t) => {
+                self.choices[i].tokens = t.index as u64 + 1;
                 if !t.text.is_empty() || self.logprobs != LogprobStyle::None {
                     out.push(self.content(i, &t.text, Some(&t)));
                 }
             }
             Event::Finished(f) => {
+                self.choices[i].tokens = f.output_tokens as u64;
                 if !f.text.is_empty() {
                     out.push(self.content(i, &f.text, None));
                 }
@@ -293,7 +319,7 @@ impl StreamEncoder {
                 logprobs,
                 finish_reason,
             }],
-            usage: None,
+            usage: self.running_usage(i),
             timing,
         }))
     }
@@ -317,7 +343,7 @@ impl StreamEncoder {
                 logprobs,
                 finish_reason,
             }],
-            usage: None,
+            usage: self.running_usage(i),
             timing,
         }))
     }

@@ -205,3 +205,31 @@ fn server_timing_header_format() {
         "queue;dur=1.000, prefill;dur=2.500, decode;dur=3.250, prompt_tokens;desc=\"7\", cached_prompt_tokens;desc=\"4\""
     );
 }
+
+#[test]
+fn continuous_usage_counts_the_tokens_each_chunk_carries() {
+    let mut e = StreamEncoder::new(
+        Kind::Completion,
+        head(),
+        1,
+        1,
+        true,
+        LogprobStyle::None,
+        text(),
+    )
+    .with_continuous_usage(vec![5]);
+    let mut frames = e.start();
+    frames.extend(e.event(0, tok(1, "a", 0)));
+    // A token whose text is held back (half a character) shows up in the
+    // next chunk's count.
+    frames.extend(e.event(0, tok(2, "", 1)));
+    frames.extend(e.event(0, tok(3, "bc", 2)));
+    frames.extend(e.event(0, fin("", 3, FinishReason::Length)));
+    let d = data(&frames);
+    let counts: Vec<u64> = d
+        .iter()
+        .map(|v| v["usage"]["completion_tokens"].as_u64().unwrap())
+        .collect();
+    assert_eq!(counts, [1, 3, 3, 3], "{d:?}");
+    assert!(d.iter().all(|v| v["usage"]["prompt_tokens"] == 5));
+}

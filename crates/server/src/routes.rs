@@ -273,6 +273,7 @@ async fn run(
     let position = b.engine.waiting();
     let eta = b.engine.queue_eta();
     let mut streams = Vec::with_capacity(plan.specs.len());
+    let prompt_tokens: Vec<u64> = plan.specs.iter().map(|s| s.prompt.len() as u64).collect();
     for spec in plan.specs {
         let req = b.engine.validate(spec)?;
         // On an error the streams already submitted are dropped: cancelled.
@@ -298,6 +299,11 @@ async fn run(
             plan.logprobs,
             text,
         );
+        let enc = if plan.continuous_usage {
+            enc.with_continuous_usage(prompt_tokens)
+        } else {
+            enc
+        };
         let first = vec![Frame::Comment(format!(
             "queued position={position} eta_ms={}",
             eta.as_millis()
