@@ -8,7 +8,7 @@ pub enum Error {
     Config(String),
     #[error("reading {path}: {message}")]
     Input { path: String, message: String },
-    #[error("the server refused the probe request: {0}")]
+    #[error("the probe request (one short request before the run) failed: {0}")]
     Probe(hasten_client::Error),
     #[error("writing {path}: {message}")]
     Output { path: String, message: String },

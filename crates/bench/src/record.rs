@@ -140,8 +140,7 @@ impl Record {
                     .map(|d| d.cached_tokens)
             }),
             output_tokens,
-            // The first event's tokens have no gap before them.
-            tokens_exact: output_tokens == 0 || s.itl.len() as u64 + 1 >= output_tokens,
+            tokens_exact: s.per_event_token_counts || s.itl.len() as u64 + 1 == output_tokens,
             finish_reason: out.choices.first().and_then(|c| c.finish_reason.clone()),
             request_id: s.request_id.clone(),
             server,

@@ -47,7 +47,7 @@ pub fn main(args: Args) -> Result<()> {
     let mut last: Option<Stats> = None;
     eprintln!(
         "hasten chat: {} ({}). /help for commands.",
-        args.remote.url,
+        args.remote.endpoint.url,
         model.as_deref().unwrap_or("the server's model")
     );
     loop {

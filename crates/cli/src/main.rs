@@ -1,6 +1,7 @@
 //! The `hasten` binary: clap subcommands that wire the crates together.
 //! Errors become `anyhow` reports here and nowhere else.
 
+mod bench;
 mod chat;
 mod complete;
 mod models;
@@ -37,6 +38,9 @@ enum Command {
     Chat(chat::Args),
     /// One request to an OpenAI-compatible server, from arguments or stdin.
     Complete(complete::Args),
+    /// Load an OpenAI-compatible server and measure TTFT, TPOT, ITL, E2E,
+    /// throughput and goodput (`bench compare A.json B.json` for ratios).
+    Bench(bench::Args),
 }
 
 fn main() {
@@ -48,6 +52,7 @@ fn main() {
         Command::Synth(a) => synth::main(a),
         Command::Chat(a) => chat::main(a),
         Command::Complete(a) => complete::main(a),
+        Command::Bench(a) => bench::main(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

@@ -1,13 +1,14 @@
 //! Flags shared by the subcommands that talk to a server (`chat`,
-//! `complete`): endpoint, key, timeouts, retries, break policy, hedging;
+//! `complete`, and the endpoint part for `bench`): endpoint, key, timeouts, retries, break policy, hedging;
 //! and the `/stats` report both print.
 
 use anyhow::{bail, Result};
 use hasten_client::{percentile, Client, Config, Hedge, OnBreak, Stats};
 use std::time::Duration;
 
+/// Which server, model and key (`chat`, `complete` and `bench`).
 #[derive(clap::Args, Debug, Clone)]
-pub struct Remote {
+pub struct Endpoint {
     /// The server: any OpenAI-compatible base URL (`/v1` is added when missing).
     #[arg(long, env = "HASTEN_URL", default_value = "http://127.0.0.1:8080")]
     pub url: String,
@@ -17,6 +18,30 @@ pub struct Remote {
     /// Bearer token.
     #[arg(long, env = "OPENAI_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
+}
+
+impl Endpoint {
+    /// The client settings for this endpoint (defaults otherwise).
+    pub fn config(&self) -> Config {
+        let mut c = Config::new(self.url.clone());
+        c.api_key = self.api_key.clone().filter(|k| !k.is_empty());
+        c
+    }
+
+    /// `--model`, else the first model the server lists, else none (hasten
+    /// serves one model and needs no name).
+    pub async fn model(&self, client: &Client) -> Option<String> {
+        if self.model.is_some() {
+            return self.model.clone();
+        }
+        client.models().await.ok()?.into_iter().next()
+    }
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct Remote {
+    #[command(flatten)]
+    pub endpoint: Endpoint,
     /// Seconds to set up a connection.
     #[arg(long, default_value_t = 10.0)]
     pub connect_timeout: f64,
@@ -58,8 +83,7 @@ fn secs(name: &str, v: f64) -> Result<Duration> {
 
 impl Remote {
     pub fn client(&self) -> Result<Client> {
-        let mut c = Config::new(self.url.clone());
-        c.api_key = self.api_key.clone().filter(|k| !k.is_empty());
+        let mut c = self.endpoint.config();
         c.timeouts.connect = secs("connect-timeout", self.connect_timeout)?;
         c.timeouts.first_token = secs("first-token-timeout", self.first_token_timeout)?;
         c.timeouts.idle = secs("idle-timeout", self.idle_timeout)?;
@@ -91,13 +115,8 @@ impl Remote {
         Ok(Client::new(c)?)
     }
 
-    /// `--model`, else the first model the server lists, else none (hasten
-    /// serves one model and needs no name).
     pub async fn model(&self, client: &Client) -> Option<String> {
-        if self.model.is_some() {
-            return self.model.clone();
-        }
-        client.models().await.ok()?.into_iter().next()
+        self.endpoint.model(client).await
     }
 }
 

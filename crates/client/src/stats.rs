@@ -54,6 +54,10 @@ pub struct Stats {
     /// Gaps between consecutive events that carry output text (chunks),
     /// after the first token.
     pub icl: Vec<Duration>,
+    /// Every event's token count came from the server (usage on each
+    /// chunk), so `itl` is token-accurate; otherwise an event counts as
+    /// one token.
+    pub per_event_token_counts: bool,
     /// Output tokens (the server's count when it gave one).
     pub output_tokens: u64,
     /// HTTP requests made, hedges and resumes included.

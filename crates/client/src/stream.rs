@@ -52,6 +52,9 @@ pub struct Streaming {
     last_event_at: Option<Instant>,
     /// When the last event with output text arrived (for ICL).
     last_text_at: Option<Instant>,
+    /// Events with text, and those whose token count the server gave.
+    events_with_text: u64,
+    events_counted: u64,
     last_token_at: Vec<Option<Instant>>,
     /// The stream's request id and last event id, for a resume.
     request_id: Option<String>,
@@ -87,6 +90,8 @@ impl Streaming {
             total: None,
             last_event_at: None,
             last_text_at: None,
+            events_with_text: 0,
+            events_counted: 0,
             last_token_at: vec![None; choices],
             request_id: None,
             last_event_id: None,
@@ -370,6 +375,10 @@ impl Streaming {
                 } else {
                     1
                 };
+                self.events_with_text += 1;
+                self.events_counted += u64::from(self.choices == 1 && event_tokens.is_some());
+                self.out.stats.per_event_token_counts =
+                    self.events_with_text == self.events_counted;
                 self.token_times(i, k, at);
                 self.tokens += k;
                 self.out.choices[i].text.push_str(&text);

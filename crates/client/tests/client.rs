@@ -490,6 +490,7 @@ async fn itl_counts_every_token_of_an_event_that_carries_several() {
     let itl: Vec<u128> = st.itl.iter().map(|d| d.as_millis()).collect();
     assert_eq!(itl, vec![10, 10, 10, 10, 10], "{st:?}");
     assert_eq!(st.icl.len(), 3); // b, cde, f (the finish chunk carries no text)
+    assert!(st.per_event_token_counts);
     assert_eq!(st.output_tokens, 6);
     assert!(close_to(st.tpot().unwrap(), ms(10)), "{st:?}");
 }

@@ -1,0 +1,165 @@
+//! `hasten bench` against the real `hasten serve` (built-in model): every
+//! request recorded, exact output lengths (`ignore_eos`), token-accurate
+//! ITL (per-chunk usage), the server's breakdown joined per request, the
+//! files written, `compare`; and clear errors for bad flags or no server.
+
+mod common;
+
+use common::Serve;
+use std::process::Command;
+
+fn hasten(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_hasten"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn bench_measures_the_real_server_and_writes_its_files() {
+    let server = Serve::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run.json");
+    let csv = dir.path().join("run.csv");
+    let plots = dir.path().join("plots");
+    let url = server.url();
+    let o = hasten(&[
+        "bench",
+        "--url",
+        &url,
+        "--concurrency",
+        "1,3",
+        "--rate",
+        "50",
+        "-n",
+        "6",
+        "--warmup",
+        "1",
+        "--input-len",
+        "8..16",
+        "--output-len",
+        "9",
+        "--slo",
+        "ttft=10s,tpot=5s",
+        "--quiet",
+        "--out",
+        out.to_str().unwrap(),
+        "--csv",
+        csv.to_str().unwrap(),
+        "--plot",
+        plots.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    for label in ["concurrency=1", "concurrency=3", "rate=50/s poisson"] {
+        assert!(stdout.contains(label), "{stdout}");
+    }
+    let run: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(run["schema"], "hasten-bench/1");
+    assert_eq!(run["ignore_eos"], true);
+    assert_eq!(run["continuous_usage"], true);
+    let levels = run["levels"].as_array().unwrap();
+    assert_eq!(levels.len(), 3);
+    for l in levels {
+        let records = l["records"].as_array().unwrap();
+        assert_eq!(records.len(), 7, "one warm-up and six measured");
+        assert_eq!(records.iter().filter(|r| r["warmup"] == true).count(), 1);
+        for r in records {
+            assert_eq!(r["ok"], true, "{r}");
+            assert_eq!(r["output_tokens"], 9, "ignore_eos gives exact lengths: {r}");
+            assert_eq!(r["itl_ms"].as_array().unwrap().len(), 8, "{r}");
+            assert_eq!(r["tokens_exact"], true, "{r}");
+            assert!(r["server"]["decode_ms"].as_f64().unwrap() > 0.0, "{r}");
+            assert!(r["network_ms"].as_f64().unwrap() >= 0.0, "{r}");
+            assert!(r["request_id"].as_str().unwrap().len() > 4);
+            let (ttft, e2e) = (
+                r["ttft_ms"].as_f64().unwrap(),
+                r["e2e_ms"].as_f64().unwrap(),
+            );
+            assert!(0.0 < ttft && ttft <= e2e, "{r}");
+        }
+        let s = &l["summary"];
+        assert_eq!(
+            (s["requests"].as_u64(), s["ok"].as_u64()),
+            (Some(6), Some(6))
+        );
+        assert_eq!(s["itl"]["count"], 48);
+        // Generous objectives: every request meets them.
+        let good = s["goodput_per_s"].as_f64().unwrap();
+        assert!(
+            (good - s["requests_per_s"].as_f64().unwrap()).abs() < 1e-9,
+            "{s}"
+        );
+    }
+    let csv = std::fs::read_to_string(&csv).unwrap();
+    assert_eq!(csv.lines().count(), 1 + 3 * 7);
+    for f in [
+        "ttft_cdf.svg",
+        "itl_cdf.svg",
+        "throughput.svg",
+        "p99_latency.svg",
+    ] {
+        let svg = std::fs::read_to_string(plots.join(f)).unwrap();
+        assert!(svg.starts_with("<svg") && svg.contains("polyline"), "{f}");
+    }
+    // A run compared with itself: every ratio is 1.
+    let o = hasten(&[
+        "bench",
+        "compare",
+        out.to_str().unwrap(),
+        out.to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{text}");
+    assert!(
+        text.contains("TTFT p50 ms") && text.contains("1.00"),
+        "{text}"
+    );
+    assert!(!text.contains("only in"), "{text}");
+}
+
+#[test]
+fn bad_flags_and_missing_servers_are_clear_errors() {
+    for (args, want) in [
+        (vec!["bench", "--rate", "0"], "--rate must be positive"),
+        (
+            vec!["bench", "--concurrency", "0"],
+            "--concurrency must be at least 1",
+        ),
+        (vec!["bench", "--input-len", "9..3"], "bad length"),
+        (vec!["bench", "--slo", "ttft=fast"], "bad SLO"),
+        (vec!["bench", "--workload", "jsonl"], "need --file"),
+        (
+            vec![
+                "bench",
+                "compare",
+                "/nonexistent/a.json",
+                "/nonexistent/b.json",
+            ],
+            "/nonexistent/a.json",
+        ),
+    ] {
+        let o = hasten(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains(want), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    // Nothing listens on this port.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let o = hasten(&["bench", "--url", &url, "--model", "m", "-n", "1", "--quiet"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("probing") && err.contains("connect"),
+        "{err}"
+    );
+}
