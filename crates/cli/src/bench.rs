@@ -245,12 +245,7 @@ async fn run(a: RunArgs) -> Result<()> {
         warmup: a.warmup,
         stop,
         seed: a.seed,
-        slo: a
-            .slo
-            .as_deref()
-            .map(Slo::parse)
-            .transpose()?
-            .unwrap_or_default(),
+        slo,
     };
     let bar = if a.quiet {
         ProgressBar::hidden()
