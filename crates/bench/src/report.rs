@@ -267,3 +267,45 @@ pub fn compare(a: &Run, b: &Run) -> String {
     }
     out
 }
+
+/// A markdown table of two runs side by side, one row per level both have:
+/// throughput, TTFT and ITL p50/p99, E2E p50, failures.
+pub fn side_by_side(a: &Run, b: &Run, names: [&str; 2]) -> String {
+    let [na, nb] = names;
+    let mut out = format!(
+        "| load | {na} out tok/s | {nb} out tok/s | {na}/{nb} | {na} TTFT p50 / p99 ms | {nb} TTFT p50 / p99 ms | {na} ITL p50 / p99 ms | {nb} ITL p50 / p99 ms | {na} E2E p50 ms | {nb} E2E p50 ms | failed ({na}, {nb}) |\n|---|---|---|---|---|---|---|---|---|---|---|\n"
+    );
+    let p50 = |d: &Option<Dist>| d.as_ref().map_or("-".into(), |d| f(d.p50));
+    for la in &a.levels {
+        let Some(lb) = b
+            .levels
+            .iter()
+            .find(|l| l.summary.label == la.summary.label)
+        else {
+            continue;
+        };
+        let (x, y) = (&la.summary, &lb.summary);
+        let ratio = if y.output_tokens_per_s > 0.0 {
+            format!("{:.2}", x.output_tokens_per_s / y.output_tokens_per_s)
+        } else {
+            "-".into()
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}, {} |",
+            x.label,
+            f(x.output_tokens_per_s),
+            f(y.output_tokens_per_s),
+            ratio,
+            pair(&x.ttft),
+            pair(&y.ttft),
+            pair(&x.itl),
+            pair(&y.itl),
+            p50(&x.e2e),
+            p50(&y.e2e),
+            x.failed,
+            y.failed
+        );
+    }
+    out
+}

@@ -279,6 +279,12 @@ pub fn summarize(load: Load, records: &[Record], slo: Slo) -> Summary {
             ));
         }
     }
+    let retried = m.iter().filter(|r| r.attempts > 1).count();
+    if retried > 0 {
+        w.push(format!(
+            "{retried} requests were retried before any output (see their attempts); their latencies include the retries"
+        ));
+    }
     let inexact = ok.iter().filter(|r| !r.tokens_exact).count();
     if inexact > 0 {
         w.push(format!(

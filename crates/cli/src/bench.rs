@@ -22,7 +22,16 @@ pub struct Args {
 enum Cmd {
     /// Ratios of two runs' figures (B / A), with a warning where the
     /// difference is within noise.
-    Compare { a: String, b: String },
+    Compare {
+        a: String,
+        b: String,
+        /// A markdown table of the two side by side instead.
+        #[arg(long)]
+        markdown: bool,
+        /// Names of the two runs in the markdown table.
+        #[arg(long, value_delimiter = ',', default_value = "A,B")]
+        names: Vec<String>,
+    },
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -104,6 +113,11 @@ struct RunArgs {
     /// Service-level objectives for goodput: ttft=500ms,tpot=50ms,e2e=10s.
     #[arg(long)]
     slo: Option<String>,
+    /// Retries of a request that failed before any output (connection
+    /// errors, 408/409/429/5xx); each shows in its record's `attempts` and
+    /// its latency, and the summary warns about them. 0: count as failed.
+    #[arg(long, default_value_t = 1)]
+    retries: u32,
     /// Seconds one request may take before it counts as timed out.
     #[arg(long, default_value_t = 600.0)]
     timeout: f64,
@@ -123,9 +137,21 @@ struct RunArgs {
 
 pub fn main(args: Args) -> Result<()> {
     match args.cmd {
-        Some(Cmd::Compare { a, b }) => {
+        Some(Cmd::Compare {
+            a,
+            b,
+            markdown,
+            names,
+        }) => {
             let (a, b) = (report::Run::read(&a)?, report::Run::read(&b)?);
-            print!("{}", report::compare(&a, &b));
+            if markdown {
+                let [na, nb] = names.as_slice() else {
+                    bail!("--names takes two names, A,B");
+                };
+                print!("{}", report::side_by_side(&a, &b, [na, nb]));
+            } else {
+                print!("{}", report::compare(&a, &b));
+            }
             Ok(())
         }
         None => {
@@ -202,7 +228,7 @@ async fn run(a: RunArgs) -> Result<()> {
     let count = stop.requests.unwrap_or(1000) + a.warmup;
     let items = hasten_bench::workload::build(&source, output, count, a.seed)?;
     let mut cfg = a.endpoint.config();
-    cfg.retry.max_retries = 0;
+    cfg.retry.max_retries = a.retries;
     cfg.timeouts.first_token = Duration::from_secs_f64(a.timeout.max(0.001));
     cfg.timeouts.idle = Duration::from_secs_f64(a.timeout.max(0.001));
     cfg.timeouts.total = Some(Duration::from_secs_f64(a.timeout.max(0.001)));

@@ -121,6 +121,25 @@ fn bench_measures_the_real_server_and_writes_its_files() {
         "{text}"
     );
     assert!(!text.contains("only in"), "{text}");
+    let o = hasten(&[
+        "bench",
+        "compare",
+        "--markdown",
+        "--names",
+        "x,y",
+        out.to_str().unwrap(),
+        out.to_str().unwrap(),
+    ]);
+    let md = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        md.starts_with("| load | x out tok/s | y out tok/s |"),
+        "{md}"
+    );
+    assert_eq!(
+        md.lines().filter(|l| l.contains("| 1.00 |")).count(),
+        3,
+        "{md}"
+    );
 }
 
 #[test]

@@ -106,7 +106,9 @@ impl Client {
         let http = reqwest::Client::builder()
             .connect_timeout(cfg.timeouts.connect)
             .tcp_nodelay(true)
-            .pool_idle_timeout(std::time::Duration::from_secs(60))
+            // Below the 5 s keep-alive of common servers (uvicorn, cpp-httplib),
+            // so an idle pooled connection is dropped before the server drops it.
+            .pool_idle_timeout(std::time::Duration::from_secs(4))
             .user_agent(concat!("hasten-client/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| Error::Config(attempt::chain(&e)))?;
