@@ -33,7 +33,8 @@ pub use workload::{Endpoint, Item, Lengths, Sampling, Source};
 use hasten_client::Client;
 use std::sync::Arc;
 
-/// A whole benchmark: the same items at each load level in turn.
+/// A whole benchmark: the load levels in turn, each on its own stretch of
+/// the items (fresh prompts; give `levels × (requests + warmup)` items).
 pub struct Plan {
     pub client: Client,
     pub url: String,
@@ -120,6 +121,7 @@ pub async fn sweep(
             warmup: plan.warmup,
             stop: plan.stop,
             seed: plan.seed.wrapping_add(i as u64),
+            offset: i * (plan.items.len() / plan.loads.len().max(1)),
         };
         let records = load::run(level, &mut on_record).await;
         let summary = summary::summarize(load, &records, plan.slo);

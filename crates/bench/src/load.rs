@@ -83,6 +83,10 @@ pub struct Level {
     pub stop: Stop,
     /// Seeds the Poisson schedule.
     pub seed: u64,
+    /// Request i sends item `offset + i` (cycling): levels of a sweep start
+    /// at different items, so no level finds its prompts already cached
+    /// by an earlier one.
+    pub offset: usize,
 }
 
 /// Open-loop send offsets from the level's start: `count` of them, or
@@ -117,7 +121,7 @@ pub fn schedule(
 }
 
 async fn one(level: &Level, index: usize, start: Instant, intended: Instant) -> Record {
-    let item = &level.items[index % level.items.len()];
+    let item = &level.items[(level.offset + index) % level.items.len()];
     let req = item.request(level.endpoint, &level.sampling);
     let sent = Instant::now();
     let result = level.client.stream(req).collect().await;

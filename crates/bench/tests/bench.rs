@@ -120,6 +120,7 @@ fn level(addr: SocketAddr, load: Load, warmup: usize, requests: usize) -> Level 
             duration: None,
         },
         seed: 1,
+        offset: 0,
     }
 }
 

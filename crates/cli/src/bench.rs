@@ -224,8 +224,9 @@ async fn run(a: RunArgs) -> Result<()> {
         WorkloadArg::Jsonl => Source::Jsonl(file()?),
         WorkloadArg::Sharegpt => Source::ShareGpt(file()?),
     };
-    // Enough distinct items for a level; duration-bound levels cycle.
-    let count = stop.requests.unwrap_or(1000) + a.warmup;
+    // Fresh items for every level (so no level finds its prompts cached by
+    // an earlier one); duration-bound levels cycle through theirs.
+    let count = loads.len() * (stop.requests.unwrap_or(1000) + a.warmup);
     let items = hasten_bench::workload::build(&source, output, count, a.seed)?;
     let mut cfg = a.endpoint.config();
     cfg.retry.max_retries = a.retries;
