@@ -107,14 +107,16 @@ pub fn schedule(
         if count.is_some_and(|c| out.len() >= c) || out.len() >= MAX {
             break;
         }
-        if until.is_some_and(|u| t >= u.as_secs_f64()) {
+        let at = Duration::from_secs_f64(t);
+        if until.is_some_and(|u| at >= u) {
             break;
         }
-        out.push(Duration::from_secs_f64(t));
-        t += match arrivals {
-            Arrivals::Constant => 1.0 / per_s,
+        out.push(at);
+        t = match arrivals {
+            // Computed, not summed, so the times do not drift.
+            Arrivals::Constant => out.len() as f64 / per_s,
             // Inverse CDF of the exponential; 1 - U avoids ln(0).
-            Arrivals::Poisson => -(1.0 - rng.gen::<f64>()).ln() / per_s,
+            Arrivals::Poisson => t - (1.0 - rng.gen::<f64>()).ln() / per_s,
         };
     }
     out

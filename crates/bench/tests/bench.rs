@@ -261,3 +261,41 @@ async fn failures_are_counted_not_dropped() {
         s.warnings
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_duration_ends_a_level_and_every_sent_request_is_kept() {
+    let addr = serve(Script {
+        ttft: Duration::from_millis(100),
+        gap: Duration::from_millis(10),
+        tokens: vec![1; 10],
+        serial: false,
+    })
+    .await;
+    let by_time = |load| {
+        let mut l = level(addr, load, 1, 0);
+        l.stop = Stop {
+            requests: None,
+            duration: Some(Duration::from_secs(1)),
+        };
+        l
+    };
+    // Closed loop, one at a time, 190 ms each: the warm-up, then requests
+    // started within the second after it (six: at 0, 190, ..., 950 ms).
+    let records = load::run(by_time(Load::Concurrency { n: 1 }), |_| {}).await;
+    let measured: Vec<_> = records.iter().filter(|r| !r.warmup).collect();
+    assert_eq!(measured.len(), 6, "{records:?}");
+    assert!(records.iter().all(|r| r.ok));
+    // Open loop at 10/s: the warm-up at 0, then every 100 ms for 1 s from
+    // the first measured send (100 ms), all of them answered.
+    let load = Load::Rate {
+        per_s: 10.0,
+        arrivals: Arrivals::Constant,
+    };
+    let records = load::run(by_time(load), |_| {}).await;
+    assert_eq!(
+        records.iter().filter(|r| !r.warmup).count(),
+        10,
+        "{records:?}"
+    );
+    assert!(records.iter().all(|r| r.ok));
+}
