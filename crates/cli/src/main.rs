@@ -4,6 +4,7 @@
 mod bench;
 mod chat;
 mod complete;
+mod estimate;
 mod models;
 mod remote;
 mod run;
@@ -41,6 +42,9 @@ enum Command {
     /// Load an OpenAI-compatible server and measure TTFT, TPOT, ITL, E2E,
     /// throughput and goodput (`bench compare A.json B.json` for ratios).
     Bench(bench::Args),
+    /// Explain latency from first principles: weight and KV bytes,
+    /// bandwidth and compute rooflines (presets; see --list).
+    Estimate(estimate::Args),
 }
 
 fn main() {
@@ -53,6 +57,7 @@ fn main() {
         Command::Chat(a) => chat::main(a),
         Command::Complete(a) => complete::main(a),
         Command::Bench(a) => bench::main(a),
+        Command::Estimate(a) => estimate::main(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

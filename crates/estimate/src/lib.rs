@@ -1,0 +1,348 @@
+//! hasten-estimate: latency from first principles, as pure functions (no
+//! I/O). Each decoded token reads every weight and the whole KV cache once,
+//! so decode is bounded below by bytes / memory bandwidth; prefill by
+//! 2 × parameters × prompt tokens FLOPs / compute rate; the KV cache costs
+//! 2 × layers × KV heads × head dimension × bytes per element per token.
+//!
+//! Modules: [`presets`] (published model and hardware dimensions); this
+//! file: the model arithmetic ([`Model`]), the roofline ([`estimate`]).
+
+pub mod presets;
+
+use serde::Serialize;
+
+/// A Llama-family (or GPT-3-style) transformer's dimensions.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Model {
+    pub name: String,
+    pub layers: u64,
+    pub hidden: u64,
+    pub heads: u64,
+    pub kv_heads: u64,
+    pub head_dim: u64,
+    pub ffn: u64,
+    pub vocab: u64,
+    /// Output projection shares the embedding matrix.
+    pub tied: bool,
+    /// Matrices per FFN: 3 for gated (SwiGLU), 2 for GPT-style.
+    pub ffn_mats: u64,
+    /// Mixture of experts: experts per layer and experts used per token.
+    pub experts: u64,
+    pub active_experts: u64,
+}
+
+impl Model {
+    fn attn_params(&self) -> u64 {
+        let (h, q, kv) = (
+            self.hidden,
+            self.heads * self.head_dim,
+            self.kv_heads * self.head_dim,
+        );
+        h * q + 2 * h * kv + q * h
+    }
+
+    fn ffn_params(&self) -> u64 {
+        self.ffn_mats * self.hidden * self.ffn
+    }
+
+    fn embed_params(&self) -> u64 {
+        self.vocab * self.hidden * if self.tied { 1 } else { 2 }
+    }
+
+    /// Every parameter (all experts), norms included.
+    pub fn params(&self) -> u64 {
+        let per_layer =
+            self.attn_params() + self.experts.max(1) * self.ffn_params() + 2 * self.hidden;
+        self.layers * per_layer + self.embed_params() + self.hidden
+    }
+
+    /// Parameters one token's forward pass multiplies by (the experts it
+    /// is routed to; the input embedding is a lookup, not a matmul).
+    pub fn active_params(&self) -> u64 {
+        let per_layer =
+            self.attn_params() + self.active_experts.max(1) * self.ffn_params() + 2 * self.hidden;
+        self.layers * per_layer + self.vocab * self.hidden + self.hidden
+    }
+
+    /// KV cache bytes per token: 2 (K and V) × layers × KV heads × head
+    /// dimension × bytes per element.
+    pub fn kv_bytes_per_token(&self, kv_bits: f64) -> f64 {
+        2.0 * (self.layers * self.kv_heads * self.head_dim) as f64 * kv_bits / 8.0
+    }
+}
+
+/// Weight or KV element formats with their exact storage cost.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct DType {
+    pub name: &'static str,
+    /// Bits per weight, block scales included (Q4_0: 18 bytes per 32).
+    pub bits: f64,
+}
+
+/// The device the model runs on.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Hardware {
+    pub name: String,
+    pub memory_gb: f64,
+    /// Memory read bandwidth, GB/s.
+    pub bandwidth_gbs: f64,
+    /// Dense f16 matmul rate, TFLOP/s (what a quantized kernel reaches on
+    /// CPUs is closer to the int8 rate).
+    pub tflops: f64,
+}
+
+/// What is asked of the model.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Workload {
+    pub prompt_tokens: u64,
+    pub output_tokens: u64,
+    /// Sequences decoded together (each with this prompt and output).
+    pub batch: u64,
+    /// Prompt tokens already in the KV cache (prefix cache hits).
+    pub cached_tokens: u64,
+    /// Network round trip added to TTFT and E2E, milliseconds.
+    pub rtt_ms: f64,
+}
+
+/// Which resource sets a phase's time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Bound {
+    Memory,
+    Compute,
+}
+
+/// One phase's roofline: the larger of its memory and compute times.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Phase {
+    pub bytes: f64,
+    pub flops: f64,
+    pub memory_s: f64,
+    pub compute_s: f64,
+    pub bound: Bound,
+}
+
+impl Phase {
+    fn new(bytes: f64, flops: f64, hw: &Hardware) -> Phase {
+        let memory_s = bytes / (hw.bandwidth_gbs * 1e9);
+        let compute_s = flops / (hw.tflops * 1e12);
+        Phase {
+            bytes,
+            flops,
+            memory_s,
+            compute_s,
+            bound: if memory_s >= compute_s {
+                Bound::Memory
+            } else {
+                Bound::Compute
+            },
+        }
+    }
+
+    pub fn seconds(&self) -> f64 {
+        self.memory_s.max(self.compute_s)
+    }
+}
+
+/// Every figure `hasten estimate` prints.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Estimate {
+    pub params: u64,
+    pub active_params: u64,
+    pub weight_bytes: f64,
+    /// Weights read per decode step (all but the input embedding table,
+    /// unless it doubles as the output projection).
+    pub weight_bytes_read: f64,
+    pub kv_bytes_per_token: f64,
+    pub kv_bytes_per_sequence: f64,
+    /// Sequences of prompt + output tokens whose KV fits beside the weights.
+    pub sequences_fit: u64,
+    pub prefill: Phase,
+    /// The first and the last decode step (context grows by one each step).
+    pub decode_first: Phase,
+    pub decode_last: Phase,
+    pub ttft_s: f64,
+    pub tpot_s: f64,
+    pub e2e_s: f64,
+    pub tokens_per_s_per_sequence: f64,
+    pub tokens_per_s_total: f64,
+    /// Fraction of all decode bytes that are KV reads (attention's share).
+    pub decode_kv_fraction: f64,
+}
+
+/// Attention FLOPs for one token attending over `ctx` positions: QK^T and
+/// AV, 2 FLOPs per multiply-add, over every query head.
+fn attention_flops(m: &Model, ctx: f64) -> f64 {
+    4.0 * (m.layers * m.heads * m.head_dim) as f64 * ctx
+}
+
+/// One decode step of `batch` sequences at context `ctx`.
+fn decode_step(m: &Model, w_read: f64, kv_tok: f64, ctx: f64, batch: f64, hw: &Hardware) -> Phase {
+    let bytes = w_read + batch * ctx * kv_tok;
+    let flops = batch * (2.0 * m.active_params() as f64 + attention_flops(m, ctx));
+    Phase::new(bytes, flops, hw)
+}
+
+pub fn estimate(m: &Model, weights: DType, kv: DType, hw: &Hardware, w: &Workload) -> Estimate {
+    let params = m.params();
+    let active = m.active_params();
+    let weight_bytes = params as f64 * weights.bits / 8.0;
+    let lookup_only = if m.tied { 0 } else { m.vocab * m.hidden };
+    // MoE: a step reads the experts its tokens use (at most all of them).
+    let experts_read = (m.active_experts.max(1) * w.batch.max(1)).min(m.experts.max(1));
+    let idle_experts = m.experts.max(1) - experts_read;
+    let read_params = params - lookup_only - m.layers * idle_experts * m.ffn_params();
+    let weight_bytes_read = read_params as f64 * weights.bits / 8.0;
+    let kv_tok = m.kv_bytes_per_token(kv.bits);
+    let seq_tokens = (w.prompt_tokens + w.output_tokens) as f64;
+    let free = hw.memory_gb * 1e9 - weight_bytes;
+    let sequences_fit = if free > 0.0 && seq_tokens > 0.0 {
+        (free / (kv_tok * seq_tokens)).floor() as u64
+    } else {
+        0
+    };
+    let batch = w.batch.max(1) as f64;
+    // Prefill: the new prompt tokens of every sequence in one pass; the
+    // weights are read once, the KV written once; attention over a
+    // triangle of positions.
+    let new = w.prompt_tokens.saturating_sub(w.cached_tokens) as f64;
+    let (c, p) = (w.cached_tokens as f64, w.prompt_tokens as f64);
+    let positions = (p * (p + 1.0) - c * (c + 1.0)) / 2.0;
+    let prefill = Phase::new(
+        weight_bytes_read + batch * (new * kv_tok + c * kv_tok),
+        batch * (2.0 * active as f64 * new + attention_flops(m, 1.0) * positions),
+        hw,
+    );
+    let steps = w.output_tokens.saturating_sub(1) as f64;
+    let ctx0 = p + 1.0;
+    let decode_first = decode_step(m, weight_bytes_read, kv_tok, ctx0, batch, hw);
+    let decode_last = decode_step(
+        m,
+        weight_bytes_read,
+        kv_tok,
+        ctx0 + steps.max(1.0) - 1.0,
+        batch,
+        hw,
+    );
+    // Both terms are linear in the context, so the mean step is the mean
+    // of the first and last whenever one bound holds throughout.
+    let mean_ctx = ctx0 + (steps.max(1.0) - 1.0) / 2.0;
+    let tpot_s = decode_step(m, weight_bytes_read, kv_tok, mean_ctx, batch, hw).seconds();
+    let ttft_s = w.rtt_ms / 1e3 + prefill.seconds();
+    let e2e_s = ttft_s + steps * tpot_s;
+    let kv_read = batch * mean_ctx * kv_tok;
+    Estimate {
+        params,
+        active_params: active,
+        weight_bytes,
+        weight_bytes_read,
+        kv_bytes_per_token: kv_tok,
+        kv_bytes_per_sequence: kv_tok * seq_tokens,
+        sequences_fit,
+        prefill,
+        decode_first,
+        decode_last,
+        ttft_s,
+        tpot_s,
+        e2e_s,
+        tokens_per_s_per_sequence: if tpot_s > 0.0 { 1.0 / tpot_s } else { 0.0 },
+        tokens_per_s_total: if tpot_s > 0.0 { batch / tpot_s } else { 0.0 },
+        decode_kv_fraction: kv_read / (kv_read + weight_bytes_read),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use presets::{dtype, hardware, model};
+
+    const MIB: f64 = 1024.0 * 1024.0;
+
+    #[test]
+    fn kv_per_token_matches_hand_computed_figures() {
+        let f16 = dtype("f16").unwrap();
+        // 2 × 32 layers × 32 KV heads × 128 × 2 bytes.
+        assert_eq!(
+            model("llama-2-7b").unwrap().kv_bytes_per_token(f16.bits),
+            0.5 * MIB
+        );
+        // GQA: 8 KV heads of 128 over 80 layers.
+        assert_eq!(
+            model("llama-3-70b").unwrap().kv_bytes_per_token(f16.bits),
+            0.3125 * MIB
+        );
+        // Not "about 2 MB": 2 × 96 × 96 × 128 × 2 bytes.
+        assert_eq!(
+            model("gpt-3-175b").unwrap().kv_bytes_per_token(f16.bits),
+            4.5 * MIB
+        );
+        let q8 = dtype("q8_0").unwrap();
+        assert_eq!(
+            model("tinyllama-1.1b").unwrap().kv_bytes_per_token(q8.bits),
+            2.0 * 22.0 * 256.0 * 8.5 / 8.0
+        );
+    }
+
+    #[test]
+    fn parameter_counts_match_the_published_sizes() {
+        for (name, published, tol) in [
+            ("llama-2-7b", 6.74e9, 0.01),
+            ("llama-2-70b", 68.98e9, 0.01),
+            ("llama-3-8b", 8.03e9, 0.01),
+            ("mistral-7b", 7.24e9, 0.01),
+            ("tinyllama-1.1b", 1.10e9, 0.01),
+            ("smollm2-135m", 134.5e6, 0.01),
+            ("gpt-3-175b", 175e9, 0.01),
+            ("mixtral-8x7b", 46.7e9, 0.01),
+        ] {
+            let p = model(name).unwrap().params() as f64;
+            assert!((p / published - 1.0).abs() < tol, "{name}: {p:e}");
+        }
+        // Mixtral uses 2 of 8 experts: about 12.9B active.
+        let a = model("mixtral-8x7b").unwrap().active_params() as f64;
+        assert!((a / 12.9e9 - 1.0).abs() < 0.02, "{a:e}");
+    }
+
+    #[test]
+    fn decode_is_memory_bound_and_prefill_compute_bound_on_a_gpu() {
+        let m = model("llama-2-7b").unwrap();
+        let hw = hardware("a100-80gb").unwrap();
+        let f16 = dtype("f16").unwrap();
+        let w = Workload {
+            prompt_tokens: 1000,
+            output_tokens: 200,
+            batch: 1,
+            cached_tokens: 0,
+            rtt_ms: 0.0,
+        };
+        let e = estimate(&m, f16, f16, &hw, &w);
+        assert_eq!(e.decode_first.bound, Bound::Memory);
+        assert_eq!(e.prefill.bound, Bound::Compute);
+        // 13.5 GB of weights at 2039 GB/s: ~6.6 ms a token, plus the KV.
+        assert!((e.tpot_s * 1e3 - 6.9).abs() < 0.3, "{}", e.tpot_s);
+        // 2 × 6.7e9 × 1000 FLOPs at 312 TFLOP/s: ~43 ms, plus attention.
+        assert!(
+            (e.prefill.seconds() * 1e3 - 44.0).abs() < 3.0,
+            "{}",
+            e.prefill.seconds()
+        );
+        // KV reads grow with context: the last step is slower than the first.
+        assert!(e.decode_last.seconds() > e.decode_first.seconds());
+        // 80 GB − 13.5 GB of weights over 1200 × 0.5 MiB per sequence.
+        assert_eq!(
+            e.sequences_fit,
+            ((80e9 - e.weight_bytes) / (1200.0 * 0.5 * MIB)) as u64
+        );
+        // A prefix cache hit removes prefill work.
+        let cached = estimate(
+            &m,
+            f16,
+            f16,
+            &hw,
+            &Workload {
+                cached_tokens: 900,
+                ..w
+            },
+        );
+        assert!(cached.prefill.seconds() < e.prefill.seconds() / 5.0);
+    }
+}
