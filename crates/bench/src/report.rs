@@ -185,6 +185,17 @@ pub fn csv(levels: &[LevelRun]) -> String {
     out
 }
 
+/// Each level of `a` with the level of `b` that has its label, if any.
+fn pairs<'r>(a: &'r Run, b: &'r Run) -> impl Iterator<Item = (&'r LevelRun, Option<&'r LevelRun>)> {
+    a.levels.iter().map(move |la| {
+        let lb = b
+            .levels
+            .iter()
+            .find(|l| l.summary.label == la.summary.label);
+        (la, lb)
+    })
+}
+
 /// `B / A` for the figures people compare, per level both runs have; a
 /// `~` marks a ratio whose two sides' 95% intervals overlap (noise).
 pub fn compare(a: &Run, b: &Run) -> String {
@@ -198,12 +209,8 @@ pub fn compare(a: &Run, b: &Run) -> String {
         let _ = writeln!(out, "warning: the workloads differ");
     }
     let mut noisy = false;
-    for la in &a.levels {
-        let Some(lb) = b
-            .levels
-            .iter()
-            .find(|l| l.summary.label == la.summary.label)
-        else {
+    for (la, lb) in pairs(a, b) {
+        let Some(lb) = lb else {
             let _ = writeln!(out, "{}: only in A", la.summary.label);
             continue;
         };
@@ -276,14 +283,8 @@ pub fn side_by_side(a: &Run, b: &Run, names: [&str; 2]) -> String {
         "| load | {na} out tok/s | {nb} out tok/s | {na}/{nb} | {na} TTFT p50 / p99 ms | {nb} TTFT p50 / p99 ms | {na} ITL p50 / p99 ms | {nb} ITL p50 / p99 ms | {na} E2E p50 ms | {nb} E2E p50 ms | failed ({na}, {nb}) |\n|---|---|---|---|---|---|---|---|---|---|---|\n"
     );
     let p50 = |d: &Option<Dist>| d.as_ref().map_or("-".into(), |d| f(d.p50));
-    for la in &a.levels {
-        let Some(lb) = b
-            .levels
-            .iter()
-            .find(|l| l.summary.label == la.summary.label)
-        else {
-            continue;
-        };
+    for (la, lb) in pairs(a, b) {
+        let Some(lb) = lb else { continue };
         let (x, y) = (&la.summary, &lb.summary);
         let ratio = if y.output_tokens_per_s > 0.0 {
             format!("{:.2}", x.output_tokens_per_s / y.output_tokens_per_s)

@@ -5,15 +5,7 @@
 
 mod common;
 
-use common::Serve;
-use std::process::Command;
-
-fn hasten(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_hasten"))
-        .args(args)
-        .output()
-        .unwrap()
-}
+use common::{hasten, Serve};
 
 #[test]
 fn bench_measures_the_real_server_and_writes_its_files() {

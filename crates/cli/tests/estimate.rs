@@ -1,14 +1,9 @@
 //! `hasten estimate`: the figures the issue computes by hand, as JSON and
 //! in the table, and clear errors for unknown names.
 
-use std::process::Command;
+mod common;
 
-fn hasten(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_hasten"))
-        .args(args)
-        .output()
-        .unwrap()
-}
+use common::hasten;
 
 #[test]
 fn estimate_shows_the_work_and_the_json_matches() {

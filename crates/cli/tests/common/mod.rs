@@ -11,6 +11,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// Runs the `hasten` binary to completion.
+pub fn hasten(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_hasten"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
 /// One HTTP/1.1 exchange with `Connection: close`; returns (status, body).
 pub fn http(addr: &str, method: &str, path: &str, body: &str) -> std::io::Result<(u16, String)> {
     let mut s = TcpStream::connect(addr)?;
