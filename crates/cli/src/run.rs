@@ -61,6 +61,11 @@ pub struct Args {
     /// Also print the statistics as one JSON object on the last stderr line.
     #[arg(long)]
     json_stats: bool,
+    /// After generating, probe this machine's read bandwidth (about a
+    /// second) and print the decode's as a fraction of it, with the TPOT
+    /// that bandwidth bound predicts (as `hasten estimate --measure` does).
+    #[arg(long)]
+    vs_estimate: bool,
 }
 
 pub fn main(a: Args) -> Result<()> {
@@ -178,15 +183,32 @@ pub fn main(a: Args) -> Result<()> {
         prompt.len(),
         threads.get()
     );
+    // Bytes a decode step reads: every weight matrix once (the packed copy
+    // replaces the file's bytes, same size) plus K and V of the average
+    // context during decode.
+    let avg_ctx = prompt.len() + generated / 2;
+    let decode_bytes = lm.model.weight_bytes() + avg_ctx * lm.model.config.kv_bytes_per_token();
+    let decode_gbs = decode_bytes as f64 * decode_tps / 1e9;
+    let read_gbs = if a.vs_estimate && decode_tokens > 0 {
+        let bw = hasten_kernels::probe::read_bandwidth(threads, 512 << 20, 5) / 1e9;
+        eprintln!(
+            "decode reads {:.1} MB a token at {decode_gbs:.2} GB/s = {:.0}% of this machine's read bandwidth ({bw:.2} GB/s, {} threads): bandwidth-bound TPOT {:.2} ms, measured {:.2} ms",
+            decode_bytes as f64 / 1e6,
+            100.0 * decode_gbs / bw,
+            threads.get(),
+            decode_bytes as f64 / (bw * 1e9) * 1e3,
+            1e3 / decode_tps
+        );
+        Some(bw)
+    } else {
+        None
+    };
     if a.json_stats {
-        // Bytes a decode step reads: every weight matrix once (the packed copy
-        // replaces the file's bytes, same size) plus K and V of the average
-        // context during decode.
-        let avg_ctx = prompt.len() + generated / 2;
-        let decode_bytes = lm.model.weight_bytes() + avg_ctx * lm.model.config.kv_bytes_per_token();
         let stats = serde_json::json!({
+            "read_gb_per_s": read_gbs,
+            "decode_bandwidth_fraction": read_gbs.map(|bw| decode_gbs / bw),
             "decode_bytes_per_token": decode_bytes,
-            "decode_gb_per_s": decode_bytes as f64 * decode_tps / 1e9,
+            "decode_gb_per_s": decode_gbs,
             "load_ms": load_ms, "prompt_tokens": prompt.len(), "ttft_ms": ttft_ms,
             "prefill_tokens_per_s": prefill_tps, "generated_tokens": generated,
             "decode_tokens_per_s": decode_tps, "threads": threads.get(), "finish_reason": finish,

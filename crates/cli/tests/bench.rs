@@ -132,6 +132,57 @@ fn bench_measures_the_real_server_and_writes_its_files() {
         3,
         "{md}"
     );
+
+    // The estimate beside the run: one breakdown per level, measured
+    // figures taken from the run's p50s, the largest gap named.
+    let o = hasten(&[
+        "estimate",
+        "--layers",
+        "2",
+        "--hidden",
+        "64",
+        "--heads",
+        "4",
+        "--ffn",
+        "128",
+        "--vocab",
+        "512",
+        "--hardware",
+        "m2-max",
+        "--compare",
+        out.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let levels = v["levels"].as_array().unwrap();
+    assert_eq!(levels.len(), 3);
+    let batches: Vec<_> = levels
+        .iter()
+        .map(|l| l["workload"]["batch"].as_u64().unwrap())
+        .collect();
+    assert_eq!(&batches[..2], [1, 3]);
+    for (l, r) in levels.iter().zip(run["levels"].as_array().unwrap()) {
+        let rows = l["rows"].as_array().unwrap();
+        let row = |k: &str| rows.iter().find(|x| x["what"] == k).unwrap();
+        assert_eq!(row("TTFT")["measured_ms"], r["summary"]["ttft"]["p50"]);
+        assert_eq!(
+            row("decode")["measured_ms"],
+            r["summary"]["server_decode"]["p50"]
+        );
+        assert_eq!(l["workload"]["output_tokens"], 9);
+        assert!(l["largest_gap"]["component"].is_string(), "{l}");
+    }
+    let o = hasten(&[
+        "estimate",
+        "--compare",
+        dir.path().join("run.csv").to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("not a hasten bench --out run"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -1,42 +1,13 @@
 //! The `hasten` binary driven as a user would: synthesize a model, run it,
 //! tokenize with it, and feed it bad input.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod common;
 
-fn hasten(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hasten"))
-        .args(args)
-        .env("HASTEN_TESTDATA", testdata())
-        .output()
-        .expect("runs")
-}
-
-fn testdata() -> PathBuf {
-    std::env::var_os("HASTEN_TESTDATA")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/testdata")
-        })
-}
+use common::{hasten, testdata, tiny_model};
+use std::process::Output;
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn tiny_model(dir: &tempfile::TempDir) -> String {
-    let path = dir.path().join("tiny.gguf");
-    let o = hasten(&[
-        "synth",
-        "--shape",
-        "tiny",
-        "--type",
-        "q8_0",
-        "-o",
-        path.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    path.to_str().unwrap().to_owned()
 }
 
 #[test]

@@ -10,6 +10,7 @@
 pub mod presets;
 
 use serde::Serialize;
+use std::borrow::Cow;
 
 /// A Llama-family (or GPT-3-style) transformer's dimensions.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -64,6 +65,23 @@ impl Model {
         self.layers * per_layer + self.vocab * self.hidden + self.hidden
     }
 
+    /// The weight matrices of one layer as (rows, cols) with `cols` the
+    /// input dimension: Q, K, V, O, then the FFN's (one expert's).
+    pub fn layer_matrices(&self) -> Vec<(u64, u64)> {
+        let (h, q, kv) = (
+            self.hidden,
+            self.heads * self.head_dim,
+            self.kv_heads * self.head_dim,
+        );
+        let mut m = vec![(q, h), (kv, h), (kv, h), (h, q)];
+        m.extend(std::iter::repeat_n(
+            (self.ffn, h),
+            self.ffn_mats as usize - 1,
+        ));
+        m.push((h, self.ffn));
+        m
+    }
+
     /// KV cache bytes per token: 2 (K and V) × layers × KV heads × head
     /// dimension × bytes per element.
     pub fn kv_bytes_per_token(&self, kv_bits: f64) -> f64 {
@@ -72,9 +90,9 @@ impl Model {
 }
 
 /// Weight or KV element formats with their exact storage cost.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DType {
-    pub name: &'static str,
+    pub name: Cow<'static, str>,
     /// Bits per weight, block scales included (Q4_0: 18 bytes per 32).
     pub bits: f64,
 }
@@ -89,6 +107,10 @@ pub struct Hardware {
     /// Dense f16 matmul rate, TFLOP/s (what a quantized kernel reaches on
     /// CPUs is closer to the int8 rate).
     pub tflops: f64,
+    /// Attention's own FLOP rate where it differs from dense matmuls
+    /// (softmax and f16 cache widening make it slower on CPUs); `None`
+    /// counts attention at `tflops`.
+    pub attention_tflops: Option<f64>,
 }
 
 /// What is asked of the model.
@@ -115,19 +137,24 @@ pub enum Bound {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Phase {
     pub bytes: f64,
+    /// Matmul and attention FLOPs together.
     pub flops: f64,
+    pub attention_flops: f64,
     pub memory_s: f64,
     pub compute_s: f64,
     pub bound: Bound,
 }
 
 impl Phase {
-    fn new(bytes: f64, flops: f64, hw: &Hardware) -> Phase {
+    /// `matmul` FLOPs at the dense rate, `attention` at attention's.
+    fn new(bytes: f64, matmul: f64, attention: f64, hw: &Hardware) -> Phase {
         let memory_s = bytes / (hw.bandwidth_gbs * 1e9);
-        let compute_s = flops / (hw.tflops * 1e12);
+        let attn_rate = hw.attention_tflops.unwrap_or(hw.tflops);
+        let compute_s = matmul / (hw.tflops * 1e12) + attention / (attn_rate * 1e12);
         Phase {
             bytes,
-            flops,
+            flops: matmul + attention,
+            attention_flops: attention,
             memory_s,
             compute_s,
             bound: if memory_s >= compute_s {
@@ -167,6 +194,9 @@ pub struct Estimate {
     pub tokens_per_s_total: f64,
     /// Fraction of all decode bytes that are KV reads (attention's share).
     pub decode_kv_fraction: f64,
+    /// KV bytes read over every decode step: each step reads the whole
+    /// context, so this grows with the square of the output length.
+    pub decode_kv_read_bytes: f64,
 }
 
 /// Attention FLOPs for one token attending over `ctx` positions: QK^T and
@@ -178,11 +208,11 @@ fn attention_flops(m: &Model, ctx: f64) -> f64 {
 /// One decode step of `batch` sequences at context `ctx`.
 fn decode_step(m: &Model, w_read: f64, kv_tok: f64, ctx: f64, batch: f64, hw: &Hardware) -> Phase {
     let bytes = w_read + batch * ctx * kv_tok;
-    let flops = batch * (2.0 * m.active_params() as f64 + attention_flops(m, ctx));
-    Phase::new(bytes, flops, hw)
+    let matmul = batch * 2.0 * m.active_params() as f64;
+    Phase::new(bytes, matmul, batch * attention_flops(m, ctx), hw)
 }
 
-pub fn estimate(m: &Model, weights: DType, kv: DType, hw: &Hardware, w: &Workload) -> Estimate {
+pub fn estimate(m: &Model, weights: &DType, kv: &DType, hw: &Hardware, w: &Workload) -> Estimate {
     let params = m.params();
     let active = m.active_params();
     let weight_bytes = params as f64 * weights.bits / 8.0;
@@ -203,13 +233,15 @@ pub fn estimate(m: &Model, weights: DType, kv: DType, hw: &Hardware, w: &Workloa
     let batch = w.batch.max(1) as f64;
     // Prefill: the new prompt tokens of every sequence in one pass; the
     // weights are read once, the KV written once; attention over a
-    // triangle of positions.
+    // triangle of positions; logits only for each sequence's last token.
+    let head = m.vocab * m.hidden;
     let new = w.prompt_tokens.saturating_sub(w.cached_tokens) as f64;
     let (c, p) = (w.cached_tokens as f64, w.prompt_tokens as f64);
     let positions = (p * (p + 1.0) - c * (c + 1.0)) / 2.0;
     let prefill = Phase::new(
         weight_bytes_read + batch * (new * kv_tok + c * kv_tok),
-        batch * (2.0 * active as f64 * new + attention_flops(m, 1.0) * positions),
+        batch * 2.0 * ((active - head) as f64 * new + head as f64),
+        batch * attention_flops(m, 1.0) * positions,
         hw,
     );
     let steps = w.output_tokens.saturating_sub(1) as f64;
@@ -247,6 +279,7 @@ pub fn estimate(m: &Model, weights: DType, kv: DType, hw: &Hardware, w: &Workloa
         tokens_per_s_per_sequence: if tpot_s > 0.0 { 1.0 / tpot_s } else { 0.0 },
         tokens_per_s_total: if tpot_s > 0.0 { batch / tpot_s } else { 0.0 },
         decode_kv_fraction: kv_read / (kv_read + weight_bytes_read),
+        decode_kv_read_bytes: steps * kv_read,
     }
 }
 
@@ -314,7 +347,7 @@ mod tests {
             cached_tokens: 0,
             rtt_ms: 0.0,
         };
-        let e = estimate(&m, f16, f16, &hw, &w);
+        let e = estimate(&m, &f16, &f16, &hw, &w);
         assert_eq!(e.decode_first.bound, Bound::Memory);
         assert_eq!(e.prefill.bound, Bound::Compute);
         // 13.5 GB of weights at 2039 GB/s: ~6.6 ms a token, plus the KV.
@@ -327,6 +360,19 @@ mod tests {
         );
         // KV reads grow with context: the last step is slower than the first.
         assert!(e.decode_last.seconds() > e.decode_first.seconds());
+        // 199 steps over contexts 1001..=1199 of 0.5 MiB per token.
+        let ctx_sum: f64 = (1001..=1199).map(f64::from).sum();
+        assert!((e.decode_kv_read_bytes / (ctx_sum * 0.5 * MIB) - 1.0).abs() < 1e-12);
+        // Doubling the output about quadruples the KV reads of a short prompt.
+        let long = |out| {
+            let w = Workload {
+                prompt_tokens: 1,
+                output_tokens: out,
+                ..w
+            };
+            estimate(&m, &f16, &f16, &hw, &w).decode_kv_read_bytes
+        };
+        assert!((long(4000) / long(2000) - 4.0).abs() < 0.01);
         // 80 GB − 13.5 GB of weights over 1200 × 0.5 MiB per sequence.
         assert_eq!(
             e.sequences_fit,
@@ -335,8 +381,8 @@ mod tests {
         // A prefix cache hit removes prefill work.
         let cached = estimate(
             &m,
-            f16,
-            f16,
+            &f16,
+            &f16,
             &hw,
             &Workload {
                 cached_tokens: 900,

@@ -3,6 +3,7 @@
 //! (vendor datasheets: memory, bandwidth, dense f16 tensor rate).
 
 use crate::{DType, Hardware, Model};
+use std::borrow::Cow;
 
 /// (name, layers, hidden, heads, kv heads, ffn, vocab, tied, ffn matrices, experts, active)
 type Row = (
@@ -141,77 +142,77 @@ pub fn model(name: &str) -> Option<Model> {
 
 const DTYPES: &[DType] = &[
     DType {
-        name: "f32",
+        name: Cow::Borrowed("f32"),
         bits: 32.0,
     },
     DType {
-        name: "f16",
+        name: Cow::Borrowed("f16"),
         bits: 16.0,
     },
     DType {
-        name: "bf16",
+        name: Cow::Borrowed("bf16"),
         bits: 16.0,
     },
     DType {
-        name: "fp8",
+        name: Cow::Borrowed("fp8"),
         bits: 8.0,
     },
     DType {
-        name: "int8",
+        name: Cow::Borrowed("int8"),
         bits: 8.0,
     },
     // ggml blocks: 32 weights + an f16 scale (and min for _1 types).
     DType {
-        name: "q8_0",
+        name: Cow::Borrowed("q8_0"),
         bits: 8.5,
     },
     DType {
-        name: "q5_1",
+        name: Cow::Borrowed("q5_1"),
         bits: 6.0,
     },
     DType {
-        name: "q5_0",
+        name: Cow::Borrowed("q5_0"),
         bits: 5.5,
     },
     DType {
-        name: "q4_1",
+        name: Cow::Borrowed("q4_1"),
         bits: 5.0,
     },
     DType {
-        name: "q4_0",
+        name: Cow::Borrowed("q4_0"),
         bits: 4.5,
     },
     // K-quants: 256-weight super-blocks.
     DType {
-        name: "q6_k",
+        name: Cow::Borrowed("q6_k"),
         bits: 6.5625,
     },
     DType {
-        name: "q5_k",
+        name: Cow::Borrowed("q5_k"),
         bits: 5.5,
     },
     DType {
-        name: "q4_k",
+        name: Cow::Borrowed("q4_k"),
         bits: 4.5,
     },
     // A mix (mostly Q4_K, some Q6_K): llama.cpp's figure for Llama 2 7B.
     DType {
-        name: "q4_k_m",
+        name: Cow::Borrowed("q4_k_m"),
         bits: 4.85,
     },
     DType {
-        name: "q5_k_m",
+        name: Cow::Borrowed("q5_k_m"),
         bits: 5.69,
     },
 ];
 
 pub fn dtype_names() -> Vec<&'static str> {
-    DTYPES.iter().map(|d| d.name).collect()
+    DTYPES.iter().map(|d| d.name.as_ref()).collect()
 }
 
 pub fn dtype(name: &str) -> Option<DType> {
     let n = name.to_ascii_lowercase();
-    DTYPES.iter().copied().find(|d| d.name == n)
+    DTYPES.iter().find(|d| d.name == n).cloned()
 }
 
 /// (name, memory GB, bandwidth GB/s, dense f16 TFLOP/s)
@@ -240,5 +241,6 @@ pub fn hardware(name: &str) -> Option<Hardware> {
         memory_gb,
         bandwidth_gbs,
         tflops,
+        attention_tflops: None,
     })
 }

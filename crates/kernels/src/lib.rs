@@ -13,6 +13,7 @@ pub mod cpu;
 pub mod error;
 pub mod matmul;
 pub mod ops;
+pub mod probe;
 pub mod quant;
 #[cfg(target_arch = "x86_64")]
 mod simd;

@@ -11,12 +11,38 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Runs the `hasten` binary to completion.
+/// Runs the `hasten` binary to completion (with the shared test data).
 pub fn hasten(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_hasten"))
         .args(args)
+        .env("HASTEN_TESTDATA", testdata())
         .output()
         .unwrap()
+}
+
+/// `HASTEN_TESTDATA`, or `../shared/testdata` beside the checkout.
+pub fn testdata() -> std::path::PathBuf {
+    std::env::var_os("HASTEN_TESTDATA")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/testdata")
+        })
+}
+
+/// Writes `hasten synth --shape tiny --type q8_0` into `dir`; returns its path.
+pub fn tiny_model(dir: &tempfile::TempDir) -> String {
+    let path = dir.path().join("tiny.gguf");
+    let o = hasten(&[
+        "synth",
+        "--shape",
+        "tiny",
+        "--type",
+        "q8_0",
+        "-o",
+        path.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    path.to_str().unwrap().to_owned()
 }
 
 /// One HTTP/1.1 exchange with `Connection: close`; returns (status, body).

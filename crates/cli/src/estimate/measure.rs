@@ -1,0 +1,119 @@
+//! `hasten estimate --measure`: this machine as a [`Hardware`], probed in a
+//! few seconds with hasten's own pool and kernels at the model's shapes.
+//!
+//! - read bandwidth: the pool streaming a buffer larger than the caches;
+//! - decode bandwidth: one-row matmuls over copies of one layer's weight
+//!   matrices (out of cache), the rate a decode step's weights stream at;
+//! - prefill rate: one layer's matmuls times a prefill chunk of rows (in
+//!   cache), the FLOP rate prefill can reach;
+//! - attention rate: one layer's causal prefill attention over the prompt
+//!   (f16 cache, the model's head shapes).
+//!
+//! The estimate then uses decode bandwidth for memory and the two rates for
+//! compute; the raw read bandwidth is printed beside them.
+
+use anyhow::{Context, Result};
+use hasten_estimate::{Hardware, Model};
+use hasten_kernels::probe::{attention_rate, matmul_rate, read_bandwidth, stream_rate};
+use hasten_kernels::threads::Threads;
+use hasten_kernels::GgmlType;
+use serde::Serialize;
+use std::time::{Duration, Instant};
+
+/// What the probes measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Measured {
+    pub threads: usize,
+    pub weight_type: &'static str,
+    pub read_gbs: f64,
+    pub decode_stream_gbs: f64,
+    pub prefill_rows: usize,
+    pub prefill_gflops: f64,
+    pub attention_prompt: usize,
+    pub attention_gflops: f64,
+    pub probe_s: f64,
+}
+
+/// Matrix shapes the probes use: one layer's, each side capped so the
+/// probe stays a few seconds on models of any size, and rounded to the
+/// type's block.
+fn probe_shapes(m: &Model, ty: GgmlType) -> Vec<(usize, usize)> {
+    let block = ty.block_size();
+    let fit = |d: u64| {
+        let d = (d as usize).min(8192);
+        (d / block.max(8) * block.max(8)).max(block.max(8))
+    };
+    m.layer_matrices()
+        .into_iter()
+        .map(|(r, c)| (fit(r), fit(c)))
+        .collect()
+}
+
+pub fn probe(
+    m: &Model,
+    ty: GgmlType,
+    threads: Threads,
+    prompt: usize,
+    mib: usize,
+) -> Result<Measured> {
+    let t0 = Instant::now();
+    let shapes = probe_shapes(m, ty);
+    let mib = mib.clamp(1, 1 << 16);
+    let read = read_bandwidth(threads, mib << 21, 5);
+    let stream = stream_rate(ty, &shapes, threads, mib << 20, 5)
+        .with_context(|| format!("probing {} matmuls", ty.name()))?;
+    let rows = prompt.clamp(1, hasten_model::session::PREFILL_CHUNK);
+    let rate = matmul_rate(ty, &shapes, rows, threads, Duration::from_millis(1500))
+        .with_context(|| format!("probing {} matmuls", ty.name()))?;
+    let attention_prompt = prompt.clamp(16, 8192);
+    let attention = attention_rate(
+        m.head_dim.min(1024) as usize,
+        (m.heads / m.kv_heads.max(1)).min(64) as usize,
+        m.kv_heads.min(64) as usize,
+        attention_prompt,
+        threads,
+        Duration::from_millis(800),
+    );
+    Ok(Measured {
+        threads: threads.get(),
+        weight_type: ty.name(),
+        read_gbs: read / 1e9,
+        decode_stream_gbs: stream / 1e9,
+        prefill_rows: rows,
+        prefill_gflops: rate.flops_per_s / 1e9,
+        attention_prompt,
+        attention_gflops: attention / 1e9,
+        probe_s: t0.elapsed().as_secs_f64(),
+    })
+}
+
+impl Measured {
+    pub fn hardware(&self) -> Hardware {
+        Hardware {
+            name: format!("this machine, {} threads (measured)", self.threads),
+            memory_gb: memory_gb().unwrap_or(0.0),
+            bandwidth_gbs: self.decode_stream_gbs,
+            tflops: self.prefill_gflops / 1e3,
+            attention_tflops: Some(self.attention_gflops / 1e3),
+        }
+    }
+}
+
+/// MemTotal from /proc/meminfo, in GB.
+fn memory_gb() -> Option<f64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024.0 / 1e9)
+}
+
+/// The kernel type standing in for a weight format name (`q4_k_m` runs
+/// mostly Q4_K matmuls); formats without a hasten kernel probe as Q8_0.
+pub fn kernel_type(format: &str) -> GgmlType {
+    let f = format.split(' ').next().unwrap_or(format);
+    let f = f.strip_suffix("_m").or(f.strip_suffix("_s")).unwrap_or(f);
+    match GgmlType::from_name(f) {
+        Some(t) if t != GgmlType::F32 && t != GgmlType::BF16 => t,
+        _ => GgmlType::Q8_0,
+    }
+}

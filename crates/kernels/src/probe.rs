@@ -1,0 +1,300 @@
+//! Machine probes for `hasten estimate --measure`: the read bandwidth the
+//! worker pool reaches on a buffer larger than the caches, and the rate of
+//! hasten's own matmul kernels on a cache-resident weight matrix (the
+//! compute ceiling of decode at one activation row and of prefill at many).
+//! The read-bandwidth probe reports the best pass (what the memory can
+//! do); the kernel probes report the median pass, what a run on a shared,
+//! noisy machine typically sees.
+
+use crate::attention::{attend_tile, tile_scores_len, HeadView, PagedKv};
+use crate::matmul::{matmul, WeightMatrix};
+use crate::quant::{quantize_row, repack::repack_x8, GgmlType};
+use crate::threads::{par_chunks, Threads};
+use crate::Result;
+use half::f16;
+use std::time::{Duration, Instant};
+
+fn median(times: &mut [f64]) -> f64 {
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
+
+/// Bytes per second (10^9 per GB) `threads` pool workers read streaming a
+/// `bytes`-byte buffer, best of `passes`.
+pub fn read_bandwidth(threads: Threads, bytes: usize, passes: usize) -> f64 {
+    let words = (bytes / 8).max(64);
+    let mut buf: Vec<u64> = (0..words as u64).collect();
+    let mut sums = vec![0u64; threads.get()];
+    let mut best = 0.0f64;
+    for _ in 0..passes.max(1) {
+        let t0 = Instant::now();
+        let per = words.div_ceil(threads.get());
+        let data = &buf;
+        par_chunks(&mut sums, 1, threads, |i0, piece| {
+            for (i, s) in piece.iter_mut().enumerate() {
+                let part = &data[((i0 + i) * per).min(words)..((i0 + i + 1) * per).min(words)];
+                // Eight independent lanes: the compiler vectorizes this into wide loads.
+                let mut acc = [0u64; 8];
+                for c in part.chunks_exact(8) {
+                    for k in 0..8 {
+                        acc[k] = acc[k].wrapping_add(c[k]);
+                    }
+                }
+                *s = acc.iter().fold(0, |a, &b| a.wrapping_add(b));
+            }
+        });
+        best = best.max((words * 8) as f64 / t0.elapsed().as_secs_f64());
+        std::hint::black_box(&sums);
+    }
+    buf[0] = sums.iter().fold(0, |a, &b| a.wrapping_add(b));
+    std::hint::black_box(&buf);
+    best
+}
+
+/// A matmul rate over a set of weight matrices.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MatmulRate {
+    /// Activation rows per product (1: a decode step; many: prefill).
+    pub n: usize,
+    /// `2 × rows × cols × n` FLOPs per product, summed over the set, per second.
+    pub flops_per_s: f64,
+    /// Weight bytes the products read, per second.
+    pub weight_bytes_per_s: f64,
+}
+
+/// Random `ty` weights of each `(rows, cols)` shape, interleaved as the
+/// model loader does where the type has a packed form.
+struct Matrices {
+    ty: GgmlType,
+    shapes: Vec<(usize, usize)>,
+    data: Vec<Vec<u8>>,
+    packed: Vec<Option<Vec<u8>>>,
+}
+
+impl Matrices {
+    fn new(ty: GgmlType, shapes: &[(usize, usize)]) -> Result<Matrices> {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let (mut data, mut packed) = (Vec::new(), Vec::new());
+        for &(rows, cols) in shapes {
+            let src: Vec<f32> = (0..cols)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    (x >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+                })
+                .collect();
+            let rb = ty.row_bytes(cols)?;
+            let mut d = vec![0u8; rb * rows];
+            for dst in d.chunks_exact_mut(rb) {
+                // One random row repeated: the kernel's speed does not depend on values.
+                quantize_row(ty, &src, dst)?;
+            }
+            packed.push(repack_x8(ty, &d, rows, cols));
+            data.push(d);
+        }
+        Ok(Matrices {
+            ty,
+            shapes: shapes.to_vec(),
+            data,
+            packed,
+        })
+    }
+
+    fn views(&self) -> Result<Vec<WeightMatrix<'_>>> {
+        let mut v = Vec::new();
+        for ((&(rows, cols), d), p) in self.shapes.iter().zip(&self.data).zip(&self.packed) {
+            let w = WeightMatrix::new(self.ty, rows, cols, d)?;
+            v.push(match p {
+                Some(p) => w.with_packed(p)?,
+                None => w,
+            });
+        }
+        Ok(v)
+    }
+
+    fn bytes(&self) -> usize {
+        self.data.iter().map(Vec::len).sum()
+    }
+
+    fn flops(&self, n: usize) -> f64 {
+        self.shapes
+            .iter()
+            .map(|&(r, c)| 2.0 * (r * c * n) as f64)
+            .sum()
+    }
+}
+
+/// One product of every matrix in `ws` with `n` rows of activations.
+fn products(ws: &[WeightMatrix<'_>], n: usize, threads: Threads) -> Result<f64> {
+    let cols = ws.iter().map(|w| w.cols).max().unwrap_or(0);
+    let rows = ws.iter().map(|w| w.rows).max().unwrap_or(0);
+    let x: Vec<f32> = (0..n * cols)
+        .map(|i| ((i % 97) as f32 - 48.0) / 64.0)
+        .collect();
+    let mut out = vec![0.0f32; n * rows];
+    let t0 = Instant::now();
+    for w in ws {
+        matmul(w, &x[..n * w.cols], &mut out[..n * w.rows], threads)?;
+    }
+    std::hint::black_box(&out);
+    Ok(t0.elapsed().as_secs_f64().max(1e-9))
+}
+
+/// The compute rate of [`matmul`] over `ty` matrices of `shapes` times
+/// `n` activation rows, the median of repeated passes for about `budget`. The
+/// matrices are reused pass after pass, so shapes that fit in the caches
+/// measure compute rather than memory.
+pub fn matmul_rate(
+    ty: GgmlType,
+    shapes: &[(usize, usize)],
+    n: usize,
+    threads: Threads,
+    budget: Duration,
+) -> Result<MatmulRate> {
+    let m = Matrices::new(ty, shapes)?;
+    let ws = m.views()?;
+    products(&ws, n, threads)?;
+    let (start, mut times) = (Instant::now(), Vec::new());
+    while times.len() < 3 || (start.elapsed() < budget && times.len() < 100_000) {
+        times.push(products(&ws, n, threads)?);
+    }
+    let mid = median(&mut times);
+    Ok(MatmulRate {
+        n,
+        flops_per_s: m.flops(n) / mid,
+        weight_bytes_per_s: m.bytes() as f64 / mid,
+    })
+}
+
+/// Weight bytes per second one-row products (a decode step's matmuls)
+/// stream over copies of `ty` matrices of `shapes`, enough copies to make
+/// at least `min_bytes` so that each pass reads from memory, not cache;
+/// the median of `passes`.
+pub fn stream_rate(
+    ty: GgmlType,
+    shapes: &[(usize, usize)],
+    threads: Threads,
+    min_bytes: usize,
+    passes: usize,
+) -> Result<f64> {
+    let one = Matrices::new(ty, shapes)?;
+    let copies = min_bytes.div_ceil(one.bytes().max(1)).max(2);
+    let all: Vec<Matrices> = std::iter::once(Ok(one))
+        .chain((1..copies).map(|_| Matrices::new(ty, shapes)))
+        .collect::<Result<_>>()?;
+    let mut ws = Vec::new();
+    for m in &all {
+        ws.extend(m.views()?);
+    }
+    let bytes: usize = all.iter().map(Matrices::bytes).sum();
+    let mut times = Vec::new();
+    for _ in 0..passes.max(1) {
+        times.push(products(&ws, 1, threads)?);
+    }
+    Ok(bytes as f64 / median(&mut times))
+}
+
+/// The FLOP rate of causal prefill attention ([`attend_tile`], as the model
+/// runs it: tiles of up to 8 consecutive tokens per KV head, split across
+/// the pool by (KV head, token)) for one layer of `n_kv_heads` KV heads
+/// shared by `group` query heads each, over a `prompt`-token f16 cache:
+/// `4 × heads × head_dim × Σ positions` FLOPs (QKᵀ and AV) per pass, the
+/// median of passes for about `budget`.
+pub fn attention_rate(
+    head_dim: usize,
+    group: usize,
+    n_kv_heads: usize,
+    prompt: usize,
+    threads: Threads,
+    budget: Duration,
+) -> f64 {
+    const BLOCK: usize = 16;
+    const TILE: usize = 8;
+    let (hd, t) = (head_dim.max(1), prompt.max(1));
+    let blocks = t.div_ceil(BLOCK);
+    let kvd = n_kv_heads * hd;
+    let cache: Vec<f16> = (0..blocks * BLOCK * kvd)
+        .map(|i| f16::from_f32(((i % 61) as f32 - 30.0) / 32.0))
+        .collect();
+    let table: Vec<u32> = (0..blocks as u32).collect();
+    let kv = PagedKv {
+        k: &cache,
+        v: &cache,
+        block_size: BLOCK,
+        n_kv_heads,
+        head_dim: hd,
+    };
+    let gq = group * hd;
+    let q: Vec<f32> = (0..t * gq)
+        .map(|i| ((i % 37) as f32 - 18.0) / 16.0)
+        .collect();
+    let mut out = vec![0.0f32; n_kv_heads * t * gq];
+    let pass = |out: &mut [f32]| {
+        let t0 = Instant::now();
+        par_chunks(out, gq, threads, |first, piece| {
+            let items = piece.len() / gq;
+            let mut sc = Vec::new();
+            let mut i = 0;
+            while i < items {
+                let (kvh, j) = ((first + i) / t, (first + i) % t);
+                let n = TILE.min(items - i).min(t - j);
+                let need = tile_scores_len(n, group, j + 1);
+                sc.resize(need.max(sc.len()), 0.0);
+                let view = HeadView {
+                    kv,
+                    table: &table,
+                    kvh,
+                    scale: 1.0 / (hd as f32).sqrt(),
+                };
+                let qt = &q[j * gq..(j + n) * gq];
+                attend_tile(
+                    &view,
+                    qt,
+                    n,
+                    j + 1,
+                    &mut sc[..need],
+                    &mut piece[i * gq..(i + n) * gq],
+                );
+                i += n;
+            }
+        });
+        t0.elapsed().as_secs_f64().max(1e-9)
+    };
+    pass(&mut out);
+    let (start, mut times) = (Instant::now(), Vec::new());
+    while times.len() < 3 || (start.elapsed() < budget && times.len() < 10_000) {
+        times.push(pass(&mut out));
+    }
+    std::hint::black_box(&out);
+    let mid = median(&mut times);
+    let positions = (t * (t + 1) / 2) as f64;
+    4.0 * (n_kv_heads * group * hd) as f64 * positions / mid
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probes_report_positive_finite_rates() {
+        let t = Threads::new(2).unwrap();
+        let bw = read_bandwidth(t, 1 << 20, 2);
+        assert!(bw.is_finite() && bw > 1e6, "{bw}");
+        let shapes = [(64, 256), (24, 64)];
+        let r = matmul_rate(GgmlType::Q4_0, &shapes, 4, t, Duration::from_millis(5)).unwrap();
+        assert_eq!(r.n, 4);
+        assert!(r.flops_per_s.is_finite() && r.flops_per_s > 1e6);
+        // Bytes over FLOPs: (64 × 8 + 24 × 2) blocks of 18 bytes per
+        // 2 × (64 × 256 + 24 × 64) × 4 FLOPs.
+        let ratio = r.weight_bytes_per_s / r.flops_per_s;
+        let want = (64.0 * 8.0 + 24.0 * 2.0) * 18.0 / (2.0 * (64.0 * 256.0 + 24.0 * 64.0) * 4.0);
+        assert!((ratio - want).abs() < 1e-9, "{ratio} vs {want}");
+        let s = stream_rate(GgmlType::Q8_0, &shapes, t, 1 << 16, 2).unwrap();
+        assert!(s.is_finite() && s > 1e6, "{s}");
+        let a = attention_rate(64, 3, 2, 40, t, Duration::from_millis(5));
+        assert!(a.is_finite() && a > 1e6, "{a}");
+        // A row that is not a whole number of blocks is an error, not a panic.
+        assert!(matmul_rate(GgmlType::Q4_0, &[(8, 30)], 1, t, Duration::ZERO).is_err());
+    }
+}
