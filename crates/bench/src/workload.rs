@@ -303,25 +303,15 @@ impl Item {
         }
         let model = s.model.clone();
         match (endpoint, &self.input) {
-            (Endpoint::Chat, input) => {
-                let messages = match input {
-                    Input::Messages(m) => m.clone(),
-                    Input::Text { system, text } => {
-                        let mut m = Vec::new();
-                        if let Some(sys) = system {
-                            m.push(ChatMessage::new("system", sys));
-                        }
-                        m.push(ChatMessage::new("user", text));
-                        m
-                    }
-                };
-                ChatCompletionRequest {
-                    model,
-                    messages,
-                    sampling,
-                    ..Default::default()
-                }
-                .into()
+            (Endpoint::Chat, Input::Messages(m)) => ChatCompletionRequest {
+                model,
+                messages: m.clone(),
+                sampling,
+                ..Default::default()
+            }
+            .into(),
+            (Endpoint::Chat, Input::Text { system, text }) => {
+                hasten_client::Request::chat_with(model, system.as_deref(), text, sampling)
             }
             (Endpoint::Completions, input) => {
                 let text = match input {

@@ -6,7 +6,6 @@
 use crate::remote::{report, Gen, Remote};
 use anyhow::{bail, Result};
 use hasten_client::{Output, Request};
-use hasten_protocol::chat::{ChatCompletionRequest, ChatMessage};
 use hasten_protocol::completions::{CompletionRequest, Prompt};
 use std::io::{Read, Write};
 
@@ -66,18 +65,7 @@ async fn run(args: &Args, prompt: String) -> Result<()> {
         }
         .into()
     } else {
-        let mut messages = Vec::new();
-        if let Some(s) = &args.system {
-            messages.push(ChatMessage::new("system", s));
-        }
-        messages.push(ChatMessage::new("user", &prompt));
-        ChatCompletionRequest {
-            model,
-            messages,
-            sampling,
-            ..Default::default()
-        }
-        .into()
+        Request::chat_with(model, args.system.as_deref(), &prompt, sampling)
     };
     let mut stdout = std::io::stdout();
     let result = if stream {

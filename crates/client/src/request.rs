@@ -38,6 +38,26 @@ impl Request {
         })
     }
 
+    /// A chat request of an optional system message and one user message.
+    pub fn chat_with(
+        model: Option<String>,
+        system: Option<&str>,
+        user: &str,
+        sampling: hasten_protocol::Sampling,
+    ) -> Self {
+        let mut messages = Vec::new();
+        if let Some(s) = system {
+            messages.push(ChatMessage::new("system", s));
+        }
+        messages.push(ChatMessage::new("user", user));
+        Request::Chat(ChatCompletionRequest {
+            model,
+            messages,
+            sampling,
+            ..Default::default()
+        })
+    }
+
     pub(crate) fn path(&self) -> &'static str {
         match self {
             Request::Chat(_) => "chat/completions",
