@@ -107,6 +107,9 @@ pub struct Hardware {
     /// Dense f16 matmul rate, TFLOP/s (what a quantized kernel reaches on
     /// CPUs is closer to the int8 rate).
     pub tflops: f64,
+    /// Dense int8 rate, TOP/s, used for the matmuls of 8-bit weights with
+    /// 8-bit activations (`int8`, `fp8` formats) where the device has one.
+    pub int8_tops: Option<f64>,
     /// Attention's own FLOP rate where it differs from dense matmuls
     /// (softmax and f16 cache widening make it slower on CPUs); `None`
     /// counts attention at `tflops`.
@@ -146,11 +149,11 @@ pub struct Phase {
 }
 
 impl Phase {
-    /// `matmul` FLOPs at the dense rate, `attention` at attention's.
-    fn new(bytes: f64, matmul: f64, attention: f64, hw: &Hardware) -> Phase {
+    /// `matmul` FLOPs at `matmul_tflops`, `attention` at attention's rate.
+    fn new(bytes: f64, matmul: f64, attention: f64, matmul_tflops: f64, hw: &Hardware) -> Phase {
         let memory_s = bytes / (hw.bandwidth_gbs * 1e9);
         let attn_rate = hw.attention_tflops.unwrap_or(hw.tflops);
-        let compute_s = matmul / (hw.tflops * 1e12) + attention / (attn_rate * 1e12);
+        let compute_s = matmul / (matmul_tflops * 1e12) + attention / (attn_rate * 1e12);
         Phase {
             bytes,
             flops: matmul + attention,
@@ -206,10 +209,32 @@ fn attention_flops(m: &Model, ctx: f64) -> f64 {
 }
 
 /// One decode step of `batch` sequences at context `ctx`.
-fn decode_step(m: &Model, w_read: f64, kv_tok: f64, ctx: f64, batch: f64, hw: &Hardware) -> Phase {
-    let bytes = w_read + batch * ctx * kv_tok;
-    let matmul = batch * 2.0 * m.active_params() as f64;
-    Phase::new(bytes, matmul, batch * attention_flops(m, ctx), hw)
+struct Step<'a> {
+    m: &'a Model,
+    w_read: f64,
+    kv_tok: f64,
+    batch: f64,
+    rate: f64,
+    hw: &'a Hardware,
+}
+
+impl Step<'_> {
+    /// One decode step of `batch` sequences at context `ctx`.
+    fn at(&self, ctx: f64) -> Phase {
+        let bytes = self.w_read + self.batch * ctx * self.kv_tok;
+        let matmul = self.batch * 2.0 * self.m.active_params() as f64;
+        let attention = self.batch * attention_flops(self.m, ctx);
+        Phase::new(bytes, matmul, attention, self.rate, self.hw)
+    }
+}
+
+/// The matmul rate for a weight format: the int8 rate for 8-bit weights
+/// with 8-bit activations where the device has one, else the f16 rate.
+fn matmul_tflops(weights: &DType, hw: &Hardware) -> f64 {
+    match (weights.name.as_ref(), hw.int8_tops) {
+        ("int8" | "fp8", Some(t)) => t,
+        _ => hw.tflops,
+    }
 }
 
 pub fn estimate(m: &Model, weights: &DType, kv: &DType, hw: &Hardware, w: &Workload) -> Estimate {
@@ -235,6 +260,7 @@ pub fn estimate(m: &Model, weights: &DType, kv: &DType, hw: &Hardware, w: &Workl
     // weights are read once, the KV written once; attention over a
     // triangle of positions; logits only for each sequence's last token.
     let head = m.vocab * m.hidden;
+    let rate = matmul_tflops(weights, hw);
     let new = w.prompt_tokens.saturating_sub(w.cached_tokens) as f64;
     let (c, p) = (w.cached_tokens as f64, w.prompt_tokens as f64);
     let positions = (p * (p + 1.0) - c * (c + 1.0)) / 2.0;
@@ -242,23 +268,25 @@ pub fn estimate(m: &Model, weights: &DType, kv: &DType, hw: &Hardware, w: &Workl
         weight_bytes_read + batch * (new * kv_tok + c * kv_tok),
         batch * 2.0 * ((active - head) as f64 * new + head as f64),
         batch * attention_flops(m, 1.0) * positions,
+        rate,
         hw,
     );
     let steps = w.output_tokens.saturating_sub(1) as f64;
     let ctx0 = p + 1.0;
-    let decode_first = decode_step(m, weight_bytes_read, kv_tok, ctx0, batch, hw);
-    let decode_last = decode_step(
+    let step = Step {
         m,
-        weight_bytes_read,
+        w_read: weight_bytes_read,
         kv_tok,
-        ctx0 + steps.max(1.0) - 1.0,
         batch,
+        rate,
         hw,
-    );
+    };
+    let decode_first = step.at(ctx0);
+    let decode_last = step.at(ctx0 + steps.max(1.0) - 1.0);
     // Both terms are linear in the context, so the mean step is the mean
     // of the first and last whenever one bound holds throughout.
     let mean_ctx = ctx0 + (steps.max(1.0) - 1.0) / 2.0;
-    let tpot_s = decode_step(m, weight_bytes_read, kv_tok, mean_ctx, batch, hw).seconds();
+    let tpot_s = step.at(mean_ctx).seconds();
     let ttft_s = w.rtt_ms / 1e3 + prefill.seconds();
     let e2e_s = ttft_s + steps * tpot_s;
     let kv_read = batch * mean_ctx * kv_tok;
@@ -378,6 +406,10 @@ mod tests {
             e.sequences_fit,
             ((80e9 - e.weight_bytes) / (1200.0 * 0.5 * MIB)) as u64
         );
+        // W8A8 formats run prefill on the int8 units (twice the f16 rate).
+        let int8 = dtype("int8").unwrap();
+        let e8 = estimate(&m, &int8, &f16, &hw, &w);
+        assert!((e.prefill.compute_s / e8.prefill.compute_s - 1.9).abs() < 0.1);
         // A prefix cache hit removes prefill work.
         let cached = estimate(
             &m,

@@ -215,18 +215,20 @@ pub fn dtype(name: &str) -> Option<DType> {
     DTYPES.iter().find(|d| d.name == n).cloned()
 }
 
-/// (name, memory GB, bandwidth GB/s, dense f16 TFLOP/s)
-const HARDWARE: &[(&str, f64, f64, f64)] = &[
-    ("a100-40gb", 40.0, 1555.0, 312.0),
-    ("a100-80gb", 80.0, 2039.0, 312.0),
-    ("h100-sxm", 80.0, 3350.0, 989.0),
-    ("h100-pcie", 80.0, 2000.0, 756.0),
-    ("h200", 141.0, 4800.0, 989.0),
-    ("l4", 24.0, 300.0, 121.0),
-    ("rtx-4090", 24.0, 1008.0, 165.0),
-    ("m2-max", 96.0, 400.0, 13.6),
-    ("m2-ultra", 192.0, 800.0, 27.2),
-    ("m3-max", 128.0, 400.0, 16.4),
+/// (name, memory GB, bandwidth GB/s, dense f16 TFLOP/s, dense int8 TOP/s
+/// where the device has an int8 matrix unit; datasheet figures without
+/// sparsity)
+const HARDWARE: &[(&str, f64, f64, f64, Option<f64>)] = &[
+    ("a100-40gb", 40.0, 1555.0, 312.0, Some(624.0)),
+    ("a100-80gb", 80.0, 2039.0, 312.0, Some(624.0)),
+    ("h100-sxm", 80.0, 3350.0, 989.0, Some(1979.0)),
+    ("h100-pcie", 80.0, 2000.0, 756.0, Some(1513.0)),
+    ("h200", 141.0, 4800.0, 989.0, Some(1979.0)),
+    ("l4", 24.0, 300.0, 121.0, Some(242.5)),
+    ("rtx-4090", 24.0, 1008.0, 165.2, Some(660.6)),
+    ("m2-max", 96.0, 400.0, 13.6, None),
+    ("m2-ultra", 192.0, 800.0, 27.2, None),
+    ("m3-max", 128.0, 400.0, 16.4, None),
 ];
 
 pub fn hardware_names() -> Vec<&'static str> {
@@ -235,12 +237,14 @@ pub fn hardware_names() -> Vec<&'static str> {
 
 pub fn hardware(name: &str) -> Option<Hardware> {
     let n = name.to_ascii_lowercase();
-    let &(name, memory_gb, bandwidth_gbs, tflops) = HARDWARE.iter().find(|h| h.0 == n)?;
+    let &(name, memory_gb, bandwidth_gbs, tflops, int8_tops) =
+        HARDWARE.iter().find(|h| h.0 == n)?;
     Some(Hardware {
         name: name.into(),
         memory_gb,
         bandwidth_gbs,
         tflops,
+        int8_tops,
         attention_tflops: None,
     })
 }

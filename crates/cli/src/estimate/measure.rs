@@ -94,6 +94,7 @@ impl Measured {
             memory_gb: memory_gb().unwrap_or(0.0),
             bandwidth_gbs: self.decode_stream_gbs,
             tflops: self.prefill_gflops / 1e3,
+            int8_tops: None,
             attention_tflops: Some(self.attention_gflops / 1e3),
         }
     }

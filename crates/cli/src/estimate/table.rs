@@ -27,8 +27,14 @@ pub(super) fn header(i: &Inputs) {
             p.attention_prompt, p.attention_gflops, p.probe_s
         ),
         None => println!(
-            "on {} ({} GB, {} GB/s, {} TFLOP/s dense f16)",
-            hw.name, hw.memory_gb, hw.bandwidth_gbs, hw.tflops
+            "on {} ({} GB, {} GB/s, {} TFLOP/s dense f16{})",
+            hw.name,
+            hw.memory_gb,
+            hw.bandwidth_gbs,
+            hw.tflops,
+            hw.int8_tops
+                .map(|t| format!(", {t} TOP/s dense int8 (for int8/fp8 weights)"))
+                .unwrap_or_default()
         ),
     }
 }
