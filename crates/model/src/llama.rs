@@ -101,6 +101,48 @@ struct Layer {
 /// Consecutive tokens of one sequence whose attention runs as one tile.
 const ATTN_TILE: usize = 8;
 
+/// Elements from which an elementwise op is worth a parallel region
+/// (about half a microsecond to start): SiLU pays an `exp` per element, so
+/// even one decode token's FFN width qualifies; additions and norms only
+/// pay off over a prefill chunk.
+const PAR_SILU: usize = 1024;
+const PAR_ADD: usize = 16384;
+
+/// `op(a, b)` over matching pieces of `a` and `b`, split across the pool
+/// when `a` has at least `min` elements (same arithmetic either way).
+fn par_elementwise(
+    a: &mut [f32],
+    b: &[f32],
+    threads: Threads,
+    min: usize,
+    op: fn(&mut [f32], &[f32]),
+) {
+    if a.len() < min {
+        return op(a, b);
+    }
+    par_chunks(a, 64, threads, |i0, piece| {
+        op(piece, &b[i0 * 64..i0 * 64 + piece.len()])
+    });
+}
+
+/// RMSNorm of each `dim`-wide row of `x` into `out`, rows split across the
+/// pool for prefill chunks.
+fn norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32], dim: usize, threads: Threads) {
+    let t = if out.len() >= PAR_ADD {
+        threads
+    } else {
+        Threads::ONE
+    };
+    par_chunks(out, dim, t, |r0, piece| {
+        for (o, i) in piece
+            .chunks_exact_mut(dim)
+            .zip(x[r0 * dim..].chunks_exact(dim))
+        {
+            rms_norm(i, w, eps, o);
+        }
+    });
+}
+
 thread_local! {
     /// Attention scores and the gathered queries of the tile in flight on
     /// this thread (grown, never shrunk).
@@ -350,9 +392,7 @@ impl Model {
         for (li, layer) in self.layers.iter().enumerate() {
             // Attention.
             let h = &mut s.h[..t * dim];
-            for (o, i) in h.chunks_exact_mut(dim).zip(x.chunks_exact(dim)) {
-                rms_norm(i, &layer.attn_norm, c.norm_eps, o);
-            }
+            norm_rows(x, &layer.attn_norm, c.norm_eps, h, dim, threads);
             let (q, k, v) = (&mut s.q[..t * qd], &mut s.k[..t * kvd], &mut s.v[..t * kvd]);
             matmul(&layer.wq.matrix()?, h, q, threads)?;
             matmul(&layer.wk.matrix()?, h, k, threads)?;
@@ -432,17 +472,15 @@ impl Model {
             }
             let proj = &mut s.proj[..t * dim];
             matmul(&layer.wo.matrix()?, &s.att[..t * qd], proj, threads)?;
-            add_assign(x, proj);
+            par_elementwise(x, proj, threads, PAR_ADD, add_assign);
             // Feed-forward.
-            for (o, i) in h.chunks_exact_mut(dim).zip(x.chunks_exact(dim)) {
-                rms_norm(i, &layer.ffn_norm, c.norm_eps, o);
-            }
+            norm_rows(x, &layer.ffn_norm, c.norm_eps, h, dim, threads);
             let (gate, up) = (&mut s.gate[..t * ffn], &mut s.up[..t * ffn]);
             matmul(&layer.w_gate.matrix()?, h, gate, threads)?;
             matmul(&layer.w_up.matrix()?, h, up, threads)?;
-            silu_mul(gate, up);
+            par_elementwise(gate, up, threads, PAR_SILU, silu_mul);
             matmul(&layer.w_down.matrix()?, gate, proj, threads)?;
-            add_assign(x, proj);
+            par_elementwise(x, proj, threads, PAR_ADD, add_assign);
         }
         // Logits for the last new token of each sequence that wants them.
         let mut n = 0;
