@@ -56,10 +56,23 @@ impl Rope {
     /// Rotates each head of `x` (`n_heads * head_dim`) in place for position `pos`.
     pub fn apply(&self, x: &mut [f32], head_dim: usize, pos: usize) {
         let pairs = head_dim / 2;
+        // The angles depend only on the position and the pair: one sin_cos
+        // per pair for all heads (the same values as computing them per head).
+        const MAX_PAIRS: usize = 128;
+        let mut table = [(0.0f32, 0.0f32); MAX_PAIRS];
+        let cached = pairs <= MAX_PAIRS;
+        if cached {
+            for (i, sc) in table[..pairs].iter_mut().enumerate() {
+                *sc = (pos as f32 * self.inv_freq[i]).sin_cos();
+            }
+        }
         for head in x.chunks_exact_mut(head_dim) {
             for i in 0..pairs {
-                let theta = pos as f32 * self.inv_freq[i];
-                let (sin, cos) = theta.sin_cos();
+                let (sin, cos) = if cached {
+                    table[i]
+                } else {
+                    (pos as f32 * self.inv_freq[i]).sin_cos()
+                };
                 let (a, b) = match self.style {
                     RopeStyle::Normal => (2 * i, 2 * i + 1),
                     RopeStyle::Neox => (i, i + pairs),
