@@ -47,7 +47,27 @@ enum Command {
     Estimate(estimate::Args),
 }
 
+/// `println!` panics when stdout is a closed pipe (`hasten estimate | head`);
+/// the reader has all it wanted, so end quietly as `cat` would instead of
+/// printing a panic. Every other panic keeps the default report.
+fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.starts_with("failed printing to stdout") && msg.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        default(info);
+    }));
+}
+
 fn main() {
+    quiet_on_closed_stdout();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(a) => run::main(a),

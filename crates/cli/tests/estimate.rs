@@ -237,3 +237,35 @@ fn measure_probes_this_machine_and_run_reports_its_share_of_the_bandwidth() {
         stats["decode_gb_per_s"].as_f64().unwrap() / stats["read_gb_per_s"].as_f64().unwrap();
     assert!(f > 0.0 && (f - want).abs() < 1e-9, "{stats}");
 }
+
+#[test]
+fn a_closed_stdout_ends_the_output_quietly() {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+    // 64 sweep points of JSON: more than a pipe buffer holds.
+    let values: Vec<String> = (1..=64).map(|v| (v * 16).to_string()).collect();
+    let sweep = format!("output={}", values.join(","));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hasten"))
+        .args(["estimate", "--sweep", &sweep, "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Read one byte, then close the pipe before the output ends.
+    let mut out = child.stdout.take().unwrap();
+    let mut b = [0u8; 1];
+    out.read_exact(&mut b).unwrap();
+    drop(out);
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert!(
+        status.success() && !err.contains("panicked"),
+        "{status}: {err}"
+    );
+}
