@@ -14,6 +14,21 @@ use crate::Result;
 use half::f16;
 use std::time::{Duration, Instant};
 
+/// The median seconds of `pass` after one warm-up pass: at least three
+/// passes, more while `budget` lasts (at most `max_passes`).
+fn median_pass<E>(
+    budget: Duration,
+    max_passes: usize,
+    mut pass: impl FnMut() -> std::result::Result<f64, E>,
+) -> std::result::Result<f64, E> {
+    pass()?;
+    let (start, mut times) = (Instant::now(), Vec::new());
+    while times.len() < 3 || (start.elapsed() < budget && times.len() < max_passes) {
+        times.push(pass()?);
+    }
+    Ok(median(&mut times))
+}
+
 fn median(times: &mut [f64]) -> f64 {
     times.sort_by(f64::total_cmp);
     times[times.len() / 2]
@@ -154,12 +169,7 @@ pub fn matmul_rate(
 ) -> Result<MatmulRate> {
     let m = Matrices::new(ty, shapes)?;
     let ws = m.views()?;
-    products(&ws, n, threads)?;
-    let (start, mut times) = (Instant::now(), Vec::new());
-    while times.len() < 3 || (start.elapsed() < budget && times.len() < 100_000) {
-        times.push(products(&ws, n, threads)?);
-    }
-    let mid = median(&mut times);
+    let mid = median_pass(budget, 100_000, || products(&ws, n, threads))?;
     Ok(MatmulRate {
         n,
         flops_per_s: m.flops(n) / mid,
@@ -261,13 +271,11 @@ pub fn attention_rate(
         });
         t0.elapsed().as_secs_f64().max(1e-9)
     };
-    pass(&mut out);
-    let (start, mut times) = (Instant::now(), Vec::new());
-    while times.len() < 3 || (start.elapsed() < budget && times.len() < 10_000) {
-        times.push(pass(&mut out));
-    }
+    let mid = median_pass(budget, 10_000, || {
+        Ok::<_, std::convert::Infallible>(pass(&mut out))
+    })
+    .unwrap_or_else(|e| match e {});
     std::hint::black_box(&out);
-    let mid = median(&mut times);
     let positions = (t * (t + 1) / 2) as f64;
     4.0 * (n_kv_heads * group * hd) as f64 * positions / mid
 }
