@@ -324,7 +324,8 @@ fn check_shapes(w: &WeightMatrix<'_>, x: &[f32], out: &[f32]) -> Result<usize> {
 /// threads in multiples of `unit` rows (so which kernel computes a row never
 /// depends on the batch or thread count), where `results` is
 /// `[block rows, n]`, and lays the results out as `out`'s `[n, rows]`
-/// (`by_row` is the scratch).
+/// (`by_row` is the scratch). Each thread writes its own rows' columns of
+/// `out` as soon as its block is done: one parallel region per product.
 fn for_row_blocks(
     w: &WeightMatrix<'_>,
     n: usize,
@@ -339,19 +340,41 @@ fn for_row_blocks(
         par_chunks(out, unit, threads, |i0, piece| f(unit * i0, piece));
         return;
     }
-    by_row.clear();
-    by_row.resize(w.rows * n, 0.0);
-    par_chunks(by_row, unit * n, threads, |i0, piece| f(unit * i0, piece));
-    // Transpose to `[n, rows]`, each thread writing whole output rows.
-    let by_row = &*by_row;
-    par_chunks(out, w.rows, threads, |t0, piece| {
-        for (i, dst) in piece.chunks_exact_mut(w.rows).enumerate() {
-            for (r, d) in dst.iter_mut().enumerate() {
-                *d = by_row[r * n + t0 + i];
+    let need = w.rows * n;
+    if by_row.len() < need {
+        // `f` writes every result, so the scratch is never cleared.
+        by_row.resize(need, 0.0);
+    }
+    let rows = w.rows;
+    let dst = Columns(out.as_mut_ptr(), out.len());
+    par_chunks(&mut by_row[..need], unit * n, threads, |i0, piece| {
+        let r0 = unit * i0;
+        f(r0, piece);
+        let here = piece.len() / n;
+        let dst = &dst;
+        assert!(
+            (n - 1) * rows + r0 + here <= dst.1,
+            "result block outside the output"
+        );
+        for (i, vals) in piece.chunks_exact(n).enumerate() {
+            for (t, &v) in vals.iter().enumerate() {
+                // SAFETY: `out` stays mutably borrowed until `par_chunks`
+                // returns; `t * rows + r0 + i` is in bounds (asserted above)
+                // and lies in columns `r0..r0 + here` of row `t`, which
+                // belong to this block only, so no two threads write the same
+                // element.
+                unsafe { *dst.0.add(t * rows + r0 + i) = v };
             }
         }
     });
 }
+
+/// `out`'s pointer and length, shared by the threads of [`for_row_blocks`],
+/// each writing its own columns.
+struct Columns(*mut f32, usize);
+// SAFETY: used only by `for_row_blocks`, whose threads write disjoint
+// elements of an `&mut [f32]` that outlives the parallel region.
+unsafe impl Sync for Columns {}
 
 /// f32 dot product with four independent accumulators.
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {

@@ -2,7 +2,8 @@
 //! GGUF model: the batched forward reads each weight block once per step for
 //! all rows, so the ratio shows what continuous batching will buy.
 //!
-//! Run: cargo run --release -p hasten-model --example batch_decode -- MODEL.gguf [THREADS]
+//! Run: cargo run --release -p hasten-model --example batch_decode -- MODEL.gguf [THREADS] [SIZES]
+//! (SIZES: comma-separated sequence counts, default 1,4,8,16).
 
 use hasten_kernels::threads::Threads;
 use hasten_model::config::Config;
@@ -15,7 +16,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let path = args
         .get(1)
-        .ok_or("usage: batch_decode MODEL.gguf [THREADS]")?;
+        .ok_or("usage: batch_decode MODEL.gguf [THREADS] [SIZES]")?;
     let threads = Threads::new(args.get(2).map_or(Ok(2), |t| t.parse())?)?;
     let f = GgufFile::open(std::path::Path::new(path))?;
     let n_vocab = f
@@ -31,7 +32,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut base = None;
     println!("| sequences | step ms | vs 1 sequence | tokens/s |");
     println!("|---|---|---|---|");
-    for b in [1usize, 4, 8, 16] {
+    let sizes: Vec<usize> = match args.get(3) {
+        Some(list) => list
+            .split(',')
+            .map(|b| b.trim().parse())
+            .collect::<Result<_, _>>()?,
+        None => vec![1, 4, 8, 16],
+    };
+    for b in sizes {
         let mut kv = KvCache::new(c, b * per_seq, block);
         let mut s = Scratch::new(c, b * 32, b);
         let tables: Vec<Vec<u32>> = (0..b)
@@ -49,7 +57,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             })
             .collect();
         model.forward(&batch, &mut kv, &mut s, threads)?;
-        let steps = 16;
+        let steps = std::env::var("STEPS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(16);
         let tok = [42u32];
         let t0 = Instant::now();
         for step in 0..steps {
