@@ -8,7 +8,7 @@ use crate::cpu::{kernels, q8_row_terms, Q8Row, Tile1, TileN, TILE_N, X8_N};
 use crate::quant::repack::{packed_bytes, x8_unit, Q4K_UNIT};
 use crate::quant::repack_q6k::Q6K_UNIT;
 use crate::quant::{dequantize_row, GgmlType};
-use crate::threads::{par_chunks, Threads};
+use crate::threads::{par_chunks, par_column_blocks, ColumnBlock, Threads};
 use crate::{Error, Result};
 use std::cell::RefCell;
 
@@ -77,12 +77,11 @@ impl<'a> WeightMatrix<'a> {
     }
 }
 
-/// Reused per-thread buffers: a dequantized weight row, the `[rows, n]`
-/// result of a batched product, and the quantized activations.
+/// Reused per-thread buffers: a dequantized weight row and the quantized
+/// activations.
 #[derive(Default)]
 struct Scratch {
     row: Vec<f32>,
-    by_row: Vec<f32>,
     xq: Vec<u8>,
     xd: Vec<f32>,
     xds: Vec<f32>,
@@ -129,11 +128,9 @@ pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads
         if let (Some(((gemv, gemm), unit)), Some(packed)) = (k8, w.packed) {
             let xq = &s.xq;
             let xrow = |t: usize| &xq[t * act_rb..(t + 1) * act_rb];
-            let one = |g: &[u8], t: usize| gemv(g, [xrow(t)])[0];
-            let many = |g: &[u8], t: usize| gemm(g, std::array::from_fn(|j| xrow(t + j)));
             let group_bytes = w.cols / 256 * unit;
-            for_row_blocks(w, n, out, threads, &mut s.by_row, 8, |r0, dst| {
-                x8_rows(packed, group_bytes, r0, n, dst, &one, &many)
+            par_column_blocks(out, w.rows, 8, threads, |blk| {
+                x8_rows(packed, group_bytes, n, blk, &xrow, gemv, gemm)
             });
         } else if w.packed.is_some() || path.tiles.is_some() {
             let nb = w.cols / 32;
@@ -147,23 +144,21 @@ pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads
             if let (Some(packed), Some((gemv, gemm)), Some(unit)) =
                 (w.packed, k.x8_path(w.ty), x8_unit(w.ty))
             {
-                let one = |g: &[u8], t: usize| gemv(g, [xrow(t)])[0];
-                let many = |g: &[u8], t: usize| gemm(g, std::array::from_fn(|j| xrow(t + j)));
-                for_row_blocks(w, n, out, threads, &mut s.by_row, 8, |r0, dst| {
-                    x8_rows(packed, nb * unit, r0, n, dst, &one, &many)
+                par_column_blocks(out, w.rows, 8, threads, |blk| {
+                    x8_rows(packed, nb * unit, n, blk, &xrow, gemv, gemm)
                 });
             } else if let Some(tiles) = path.tiles {
-                for_row_blocks(w, n, out, threads, &mut s.by_row, 4, |r0, dst| {
-                    tiled_rows(w, r0, n, dst, tiles, path.dot, &xrow)
+                par_column_blocks(out, w.rows, 4, threads, |blk| {
+                    tiled_rows(w, n, blk, tiles, path.dot, &xrow)
                 });
             }
         } else {
             let xq = &s.xq;
-            for_row_blocks(w, n, out, threads, &mut s.by_row, 1, |r0, dst| {
-                for (i, dr) in dst.chunks_exact_mut(n).enumerate() {
-                    let row = w.row(r0 + i);
-                    for (t, d) in dr.iter_mut().enumerate() {
-                        *d = (path.dot)(row, &xq[t * act_rb..(t + 1) * act_rb]);
+            par_column_blocks(out, w.rows, 1, threads, |blk| {
+                for i in 0..blk.width() {
+                    let row = w.row(blk.first() + i);
+                    for t in 0..n {
+                        blk.row(t)[i] = (path.dot)(row, &xq[t * act_rb..(t + 1) * act_rb]);
                     }
                 }
             });
@@ -173,77 +168,71 @@ pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads
     }
     if w.ty == GgmlType::F16 {
         let dot = k.f16_dot;
-        let mut by_row = SCRATCH.with(|s| std::mem::take(&mut s.borrow_mut().by_row));
-        for_row_blocks(w, n, out, threads, &mut by_row, 1, |r0, dst| {
-            for (i, dr) in dst.chunks_exact_mut(n).enumerate() {
-                let row = w.row(r0 + i);
-                for (t, d) in dr.iter_mut().enumerate() {
-                    *d = dot(row, &x[t * w.cols..(t + 1) * w.cols]);
+        par_column_blocks(out, w.rows, 1, threads, |blk| {
+            for i in 0..blk.width() {
+                let row = w.row(blk.first() + i);
+                for t in 0..n {
+                    blk.row(t)[i] = dot(row, &x[t * w.cols..(t + 1) * w.cols]);
                 }
             }
         });
-        SCRATCH.with(|s| s.borrow_mut().by_row = by_row);
         return Ok(());
     }
     matmul_reference(w, x, out, threads)
 }
 
-/// An eight-row group's results for the activation row starting at a token.
-type GroupGemv<'a> = dyn Fn(&[u8], usize) -> [f32; 8] + Sync + 'a;
-/// The same for [`X8_N`] activation rows from a token on.
-type GroupGemm<'a> = dyn Fn(&[u8], usize) -> [[f32; 8]; X8_N] + Sync + 'a;
-
-/// Products of the eight-row groups of `packed` (`group_bytes` each; rows
-/// `r0..`, `r0` a multiple of 8) with all `n` activation rows into `dst`
-/// (`[rows, n]`).
-fn x8_rows(
+/// Products of the eight-row groups of `packed` (`group_bytes` each) for the
+/// weight rows of `blk` (its first row a multiple of 8) with all `n`
+/// activation rows (`xrow(t)`), written into `blk`'s columns of `out`.
+/// The row sets handed to the kernels are built once per token block, not
+/// once per group.
+fn x8_rows<R: Copy>(
     packed: &[u8],
     group_bytes: usize,
-    r0: usize,
     n: usize,
-    dst: &mut [f32],
-    gemv: &GroupGemv<'_>,
-    gemm: &GroupGemm<'_>,
+    blk: &mut ColumnBlock<'_, f32>,
+    xrow: &impl Fn(usize) -> R,
+    gemv: impl Fn(&[u8], [R; 1]) -> [[f32; 8]; 1],
+    gemm: impl Fn(&[u8], [R; X8_N]) -> [[f32; 8]; X8_N],
 ) {
-    let rows = dst.len() / n;
+    const SETS: usize = TOKEN_BLOCK / X8_N;
+    let (r0, rows) = (blk.first(), blk.width());
     for t0 in (0..n).step_by(TOKEN_BLOCK) {
         let t1 = (t0 + TOKEN_BLOCK).min(n);
+        let full = (t1 - t0) / X8_N;
+        // Unused slots repeat the last row; only `full` sets and the tail are used.
+        let sets: [[R; X8_N]; SETS] =
+            std::array::from_fn(|s| std::array::from_fn(|j| xrow((t0 + s * X8_N + j).min(n - 1))));
+        let tail0 = t0 + full * X8_N;
+        let tail: [R; X8_N] = std::array::from_fn(|j| xrow((tail0 + j).min(n - 1)));
         for i in (0..rows).step_by(8) {
             let g = (r0 + i) / 8;
             let group = &packed[g * group_bytes..(g + 1) * group_bytes];
-            let mut t = t0;
-            while t + X8_N <= t1 {
-                let v = gemm(group, t);
+            for (s, set) in sets[..full].iter().enumerate() {
+                let v = gemm(group, *set);
                 for (j, vj) in v.iter().enumerate() {
-                    for (r, &x) in vj.iter().enumerate() {
-                        dst[(i + r) * n + t + j] = x;
-                    }
+                    blk.row(t0 + s * X8_N + j)[i..i + 8].copy_from_slice(vj);
                 }
-                t += X8_N;
             }
-            for t in t..t1 {
-                let v = gemv(group, t);
-                for (r, &x) in v.iter().enumerate() {
-                    dst[(i + r) * n + t] = x;
-                }
+            for (j, &x) in tail[..t1 - tail0].iter().enumerate() {
+                blk.row(tail0 + j)[i..i + 8].copy_from_slice(&gemv(group, [x])[0]);
             }
         }
     }
 }
 
-/// Products of weight rows `r0..r0 + dst.len() / n` with all `n` activation
-/// rows into `dst` (`[rows, n]`), four weight rows at a time through the
-/// tiles; rows and tokens left over take the one-row dot.
+/// Products of the weight rows of `blk` with all `n` activation rows into
+/// `blk`'s columns of `out`, four weight rows at a time through the tiles;
+/// rows and tokens left over take the one-row dot.
 fn tiled_rows<'x>(
     w: &WeightMatrix<'_>,
-    r0: usize,
     n: usize,
-    dst: &mut [f32],
+    blk: &mut ColumnBlock<'_, f32>,
     (tile1, tile_n): (Tile1, TileN),
     dot: crate::cpu::QuantDot,
     xrow: &impl Fn(usize) -> Q8Row<'x>,
 ) {
-    let rows = dst.len() / n;
+    let (r0, rows) = (blk.first(), blk.width());
     let full = rows / 4 * 4;
     for t0 in (0..n).step_by(TOKEN_BLOCK) {
         let t1 = (t0 + TOKEN_BLOCK).min(n);
@@ -253,21 +242,24 @@ fn tiled_rows<'x>(
             while t + TILE_N <= t1 {
                 let v = tile_n(wr, std::array::from_fn(|j| xrow(t + j)));
                 for (k, vk) in v.iter().enumerate() {
-                    dst[(i + k) * n + t..(i + k) * n + t + TILE_N].copy_from_slice(vk);
+                    for (j, &x) in vk.iter().enumerate() {
+                        blk.row(t + j)[i + k] = x;
+                    }
                 }
                 t += TILE_N;
             }
             for t in t..t1 {
                 let v = tile1(wr, [xrow(t)]);
-                for (k, vk) in v.iter().enumerate() {
-                    dst[(i + k) * n + t] = vk[0];
+                let dst = &mut blk.row(t)[i..i + 4];
+                for (d, vk) in dst.iter_mut().zip(v) {
+                    *d = vk[0];
                 }
             }
         }
         for i in full..rows {
             let row = w.row(r0 + i);
             for t in t0..t1 {
-                dst[i * n + t] = dot(row, xrow(t).q);
+                blk.row(t)[i] = dot(row, xrow(t).q);
             }
         }
     }
@@ -282,24 +274,23 @@ pub fn matmul_reference(
     threads: Threads,
 ) -> Result<()> {
     let n = check_shapes(w, x, out)?;
-    let mut by_row = SCRATCH.with(|s| std::mem::take(&mut s.borrow_mut().by_row));
-    for_row_blocks(w, n, out, threads, &mut by_row, 1, |r0, dst| {
+    par_column_blocks(out, w.rows, 1, threads, |blk| {
         SCRATCH.with(|s| {
             let row = &mut s.borrow_mut().row;
             row.resize(w.cols, 0.0);
-            for (i, dr) in dst.chunks_exact_mut(n).enumerate() {
+            for i in 0..blk.width() {
                 // Lengths were checked by `WeightMatrix::new` and `check_shapes`.
-                if w.dequantize_row(r0 + i, row).is_err() {
-                    dr.fill(f32::NAN);
-                    continue;
-                }
-                for (t, d) in dr.iter_mut().enumerate() {
-                    *d = dot(row, &x[t * w.cols..(t + 1) * w.cols]);
+                let ok = w.dequantize_row(blk.first() + i, row).is_ok();
+                for t in 0..n {
+                    blk.row(t)[i] = if ok {
+                        dot(row, &x[t * w.cols..(t + 1) * w.cols])
+                    } else {
+                        f32::NAN
+                    };
                 }
             }
         })
     });
-    SCRATCH.with(|s| s.borrow_mut().by_row = by_row);
     Ok(())
 }
 
@@ -319,62 +310,6 @@ fn check_shapes(w: &WeightMatrix<'_>, x: &[f32], out: &[f32]) -> Result<usize> {
     }
     Ok(n)
 }
-
-/// Runs `f(first_row, results)` over blocks of weight rows split across
-/// threads in multiples of `unit` rows (so which kernel computes a row never
-/// depends on the batch or thread count), where `results` is
-/// `[block rows, n]`, and lays the results out as `out`'s `[n, rows]`
-/// (`by_row` is the scratch). Each thread writes its own rows' columns of
-/// `out` as soon as its block is done: one parallel region per product.
-fn for_row_blocks(
-    w: &WeightMatrix<'_>,
-    n: usize,
-    out: &mut [f32],
-    threads: Threads,
-    by_row: &mut Vec<f32>,
-    unit: usize,
-    f: impl Fn(usize, &mut [f32]) + Sync,
-) {
-    if n == 1 {
-        // Decode: `[rows, 1]` is `[1, rows]`, no transpose needed.
-        par_chunks(out, unit, threads, |i0, piece| f(unit * i0, piece));
-        return;
-    }
-    let need = w.rows * n;
-    if by_row.len() < need {
-        // `f` writes every result, so the scratch is never cleared.
-        by_row.resize(need, 0.0);
-    }
-    let rows = w.rows;
-    let dst = Columns(out.as_mut_ptr(), out.len());
-    par_chunks(&mut by_row[..need], unit * n, threads, |i0, piece| {
-        let r0 = unit * i0;
-        f(r0, piece);
-        let here = piece.len() / n;
-        let dst = &dst;
-        assert!(
-            (n - 1) * rows + r0 + here <= dst.1,
-            "result block outside the output"
-        );
-        for (i, vals) in piece.chunks_exact(n).enumerate() {
-            for (t, &v) in vals.iter().enumerate() {
-                // SAFETY: `out` stays mutably borrowed until `par_chunks`
-                // returns; `t * rows + r0 + i` is in bounds (asserted above)
-                // and lies in columns `r0..r0 + here` of row `t`, which
-                // belong to this block only, so no two threads write the same
-                // element.
-                unsafe { *dst.0.add(t * rows + r0 + i) = v };
-            }
-        }
-    });
-}
-
-/// `out`'s pointer and length, shared by the threads of [`for_row_blocks`],
-/// each writing its own columns.
-struct Columns(*mut f32, usize);
-// SAFETY: used only by `for_row_blocks`, whose threads write disjoint
-// elements of an `&mut [f32]` that outlives the parallel region.
-unsafe impl Sync for Columns {}
 
 /// f32 dot product with four independent accumulators.
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {

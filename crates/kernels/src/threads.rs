@@ -2,7 +2,8 @@
 //!
 //! A persistent pool of workers (spinning briefly, then sleeping) runs the
 //! parallel regions; `par_chunks` hands each worker a disjoint piece of the
-//! output.
+//! output, `par_column_blocks` a disjoint block of columns of a row-major
+//! matrix.
 
 use crate::{Error, Result};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -79,7 +80,94 @@ pub fn par_chunks<T: Send>(
     });
 }
 
+/// Runs `f(block)` over blocks of columns of the row-major matrix `out`
+/// (`cols` columns): block widths are multiples of `unit` (the last takes
+/// any tail), split across threads, and each call may write every row of its
+/// own columns and nothing else.
+pub fn par_column_blocks<T: Send>(
+    out: &mut [T],
+    cols: usize,
+    unit: usize,
+    threads: Threads,
+    f: impl Fn(&mut ColumnBlock<'_, T>) + Sync,
+) {
+    let cols = cols.max(1);
+    assert!(out.len().is_multiple_of(cols), "a matrix of {cols} columns");
+    let rows = out.len() / cols;
+    let unit = unit.max(1);
+    let items = cols / unit;
+    let pool = pool();
+    let n = threads.get().min(items).min(pool.size()).max(1);
+    let per = items.div_ceil(n);
+    let base = SendPtr(out.as_mut_ptr());
+    let run = |i: usize| {
+        let c0 = (i * per * unit).min(cols);
+        let c1 = if i + 1 == n {
+            cols
+        } else {
+            ((i + 1) * per * unit).min(cols)
+        };
+        if c0 < c1 {
+            f(&mut ColumnBlock {
+                base: base.get(),
+                cols,
+                rows,
+                c0,
+                width: c1 - c0,
+                _out: std::marker::PhantomData,
+            });
+        }
+    };
+    if n == 1 {
+        run(0);
+    } else {
+        pool.run(n, &run);
+    }
+}
+
+/// Columns `first()..first() + width()` of every row of a row-major matrix,
+/// lent to one thread by [`par_column_blocks`].
+pub struct ColumnBlock<'a, T> {
+    base: *mut T,
+    cols: usize,
+    rows: usize,
+    c0: usize,
+    width: usize,
+    _out: std::marker::PhantomData<&'a mut [T]>,
+}
+
+impl<T> ColumnBlock<'_, T> {
+    /// The first column of the block.
+    pub fn first(&self) -> usize {
+        self.c0
+    }
+
+    /// How many columns the block holds.
+    pub fn width(&self) -> usize {
+        self.width
+    }
+
+    /// The block's columns of row `r`.
+    pub fn row(&mut self, r: usize) -> &mut [T] {
+        assert!(r < self.rows, "row {r} of {}", self.rows);
+        // SAFETY: `c0 + width <= cols`, so the range lies inside row `r` of
+        // the `rows * cols` elements `base` points at, which stay mutably
+        // borrowed until `par_column_blocks` returns; no other block holds
+        // these columns, and `&mut self` keeps one row slice alive at a time.
+        unsafe {
+            std::slice::from_raw_parts_mut(self.base.add(r * self.cols + self.c0), self.width)
+        }
+    }
+}
+
 struct SendPtr<T>(*mut T);
+
+impl<T> SendPtr<T> {
+    /// The pointer (a method, so closures capture the `Sync` wrapper).
+    fn get(&self) -> *mut T {
+        self.0
+    }
+}
 // SAFETY: the pointer is only used to build disjoint sub-slices of a `&mut [T]`
 // with `T: Send`, each touched by one thread (see `par_chunks`).
 unsafe impl<T: Send> Sync for SendPtr<T> {}
@@ -251,6 +339,27 @@ fn worker(index: usize, s: &Shared) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn column_blocks_cover_every_column_once() {
+        for threads in 1..4 {
+            for (rows, cols, unit) in [(1, 17, 8), (5, 64, 8), (3, 7, 4), (2, 3, 8)] {
+                let mut m = vec![0u32; rows * cols];
+                par_column_blocks(&mut m, cols, unit, Threads::new(threads).unwrap(), |b| {
+                    assert!(b.first().is_multiple_of(unit));
+                    let (c0, width) = (b.first(), b.width());
+                    for r in 0..rows {
+                        for (c, v) in b.row(r).iter_mut().enumerate() {
+                            *v += (r * cols + c0 + c) as u32 + 1;
+                        }
+                    }
+                    assert!(c0 + width <= cols);
+                });
+                let want: Vec<u32> = (1..=(rows * cols) as u32).collect();
+                assert_eq!(m, want, "{rows}x{cols} unit {unit}, {threads} threads");
+            }
+        }
+    }
 
     #[test]
     fn rejects_zero_and_absurd_thread_counts() {

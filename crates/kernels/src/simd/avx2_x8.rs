@@ -127,10 +127,14 @@ fn sums_q8(_w: &(), u: *const u8, q: *const u8) -> __m256i {
     s32
 }
 
+/// Generates the kernels of a 32-element x8 layout. `[$($j)+]` lists the
+/// activation rows `0..$rn`: the loop over them is written out by the macro,
+/// so every accumulator stays a named value and no loop counter is kept.
 macro_rules! x8 {
-    ($name:ident, $impl_name:ident, $rn:expr, $unit:expr, $prep:ident, $sums:ident) => {
+    ($name:ident, $impl_name:ident, $rn:expr, [$($j:literal)+], $unit:expr, $prep:ident, $sums:ident) => {
         /// One eight-row group times activation rows (see the module docs).
         pub fn $name(group: &[u8], x: [Q8Row<'_>; $rn]) -> [[f32; 8]; $rn] {
+            const { assert!([$($j),+].len() == $rn) };
             let nb = x.iter().fold(group.len() / $unit, |m, r| {
                 m.min(r.q.len() / 34).min(r.d.len()).min(r.ds.len())
             });
@@ -141,22 +145,26 @@ macro_rules! x8 {
         #[target_feature(enable = "avx2,fma,f16c")]
         unsafe fn $impl_name(group: &[u8], x: [Q8Row<'_>; $rn], nb: usize) -> [[f32; 8]; $rn] {
             let mut acc = [_mm256_setzero_ps(); $rn];
+            // Skip each row's first f16 scale: `q` then points at block 0's quants.
+            let q = x.map(|r| r.q.as_ptr().wrapping_add(2));
+            let d = x.map(|r| r.d.as_ptr());
+            let ds = x.map(|r| r.ds.as_ptr());
+            let mut u = group.as_ptr();
             for b in 0..nb {
-                // SAFETY: unit `b < nb` lies inside `group` (checked by the caller).
-                let u = unsafe { group.as_ptr().add(b * $unit) };
                 // SAFETY: a unit starts with the 8 rows' f16 scales (16 bytes).
                 let dw = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(u as *const __m128i) });
                 let w = $prep(u);
-                for j in 0..$rn {
-                    // SAFETY: block `b < nb` of each activation row exists.
-                    let q = unsafe { x[j].q.as_ptr().add(34 * b + 2) };
-                    let f = _mm256_cvtepi32_ps($sums(&w, u, q));
-                    // SAFETY: `b < nb <= d.len(), ds.len()`.
-                    let (dx, ds) = unsafe { (*x[j].d.get_unchecked(b), *x[j].ds.get_unchecked(b)) };
+                $(
+                    // SAFETY: block `b < nb` of each activation row exists
+                    // (34 bytes of `q`, one value of `d` and `ds`).
+                    let (qj, dx, dsj) = unsafe { (q[$j].add(34 * b), *d[$j].add(b), *ds[$j].add(b)) };
+                    let f = _mm256_cvtepi32_ps($sums(&w, u, qj));
                     // `ds` is spread over 8 lanes for the one-row tiles: the whole term is 8 * ds.
-                    let v = _mm256_fmadd_ps(_mm256_set1_ps(dx), f, _mm256_set1_ps(8.0 * ds));
-                    acc[j] = _mm256_fmadd_ps(dw, v, acc[j]);
-                }
+                    let v = _mm256_fmadd_ps(_mm256_set1_ps(dx), f, _mm256_set1_ps(8.0 * dsj));
+                    acc[$j] = _mm256_fmadd_ps(dw, v, acc[$j]);
+                )+
+                // SAFETY: unit `b + 1` starts here; only dereferenced while `b + 1 < nb`.
+                u = u.wrapping_add($unit);
             }
             let mut out = [[0f32; 8]; $rn];
             for j in 0..$rn {
@@ -168,21 +176,47 @@ macro_rules! x8 {
     };
 }
 
-x8!(gemv_q4_0x8, gemv_q4_0x8_impl, 1, Q4_UNIT, prep_q4, sums_q4);
 x8!(
-    gemm_q4_0x8,
-    gemm_q4_0x8_impl,
-    X8_N,
+    gemv_q4_0x8,
+    gemv_q4_0x8_impl,
+    1,
+    [0],
     Q4_UNIT,
     prep_q4,
     sums_q4
 );
-x8!(gemv_q8_0x8, gemv_q8_0x8_impl, 1, Q8_UNIT, prep_q8, sums_q8);
-x8!(gemv_q5_0x8, gemv_q5_0x8_impl, 1, Q5_UNIT, prep_q5, sums_q5);
+x8!(
+    gemm_q4_0x8,
+    gemm_q4_0x8_impl,
+    X8_N,
+    [0 1 2 3 4 5 6 7],
+    Q4_UNIT,
+    prep_q4,
+    sums_q4
+);
+x8!(
+    gemv_q8_0x8,
+    gemv_q8_0x8_impl,
+    1,
+    [0],
+    Q8_UNIT,
+    prep_q8,
+    sums_q8
+);
+x8!(
+    gemv_q5_0x8,
+    gemv_q5_0x8_impl,
+    1,
+    [0],
+    Q5_UNIT,
+    prep_q5,
+    sums_q5
+);
 x8!(
     gemm_q5_0x8,
     gemm_q5_0x8_impl,
     X8_N,
+    [0 1 2 3 4 5 6 7],
     Q5_UNIT,
     prep_q5,
     sums_q5
@@ -191,6 +225,7 @@ x8!(
     gemm_q8_0x8,
     gemm_q8_0x8_impl,
     X8_N,
+    [0 1 2 3 4 5 6 7],
     Q8_UNIT,
     prep_q8,
     sums_q8
