@@ -229,6 +229,8 @@ pub struct Kernels {
     pub kv_axpy: fn(&mut [f32], f32, &[half::f16]),
     /// Attention of a tile of tokens x the query heads sharing one KV head.
     pub attend_tile: AttendTile,
+    /// SwiGLU gate `gate = silu(gate) * up`.
+    pub silu_mul: fn(&mut [f32], &[f32]),
 }
 
 impl QuantPath {
@@ -294,6 +296,7 @@ impl Kernels {
             kv_dot: r::dot_f32_f16,
             kv_axpy: r::axpy_f16,
             attend_tile: crate::attention::attend_tile_reference,
+            silu_mul: crate::ops::silu_mul_reference,
         };
         #[cfg(target_arch = "x86_64")]
         if isa >= Isa::Avx2 && supported() >= Isa::Avx2 {
@@ -339,6 +342,7 @@ impl Kernels {
                 kv_dot: avx2::dot_f32_f16,
                 kv_axpy: avx2::axpy_f16,
                 attend_tile: crate::simd::avx2_attn::attend_tile,
+                silu_mul: avx2::silu_mul,
             };
         }
         let _ = isa;

@@ -99,8 +99,14 @@ pub fn softmax(x: &mut [f32]) {
     }
 }
 
-/// SwiGLU gate: `gate = silu(gate) * up`, elementwise.
+/// SwiGLU gate: `gate = silu(gate) * up`, elementwise, through the
+/// fastest kernel of [`crate::cpu::kernels`].
 pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
+    (crate::cpu::kernels().silu_mul)(gate, up)
+}
+
+/// The reference SwiGLU gate (libm `exp`), the scalar tier's kernel.
+pub fn silu_mul_reference(gate: &mut [f32], up: &[f32]) {
     for (g, &u) in gate.iter_mut().zip(up) {
         *g = *g / (1.0 + (-*g).exp()) * u;
     }
@@ -157,6 +163,40 @@ mod tests {
             a.iter().zip(&b).map(|(x, y)| x * y).sum::<f32>()
         };
         assert!((dot(5, 2) - dot(13, 10)).abs() < 1e-3);
+    }
+
+    #[test]
+    fn silu_matches_the_reference_on_every_tier_with_tails() {
+        use crate::cpu::{supported, Isa, Kernels};
+        let mut vals: Vec<f32> = (0..1537)
+            .map(|i| ((i * 7919) % 2001) as f32 / 50.0 - 20.0)
+            .collect();
+        vals[..8].copy_from_slice(&[0.0, -0.0, 1e-3, -1e-3, 95.0, -95.0, 88.5, -88.5]);
+        let up: Vec<f32> = (0..vals.len())
+            .map(|i| 1.0 + (i % 5) as f32 * 0.25)
+            .collect();
+        for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
+            if isa > supported() {
+                continue;
+            }
+            let k = Kernels::for_isa(isa);
+            let mut whole = vals.clone();
+            (k.silu_mul)(&mut whole, &up);
+            for n in [0usize, 1, 7, 8, 9, 31, 100, 1537] {
+                let (mut want, mut got) = (vals[..n].to_vec(), vals[..n].to_vec());
+                silu_mul_reference(&mut want, &up[..n]);
+                (k.silu_mul)(&mut got, &up[..n]);
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        (g - w).abs() <= 2e-6 * w.abs() + 1e-30,
+                        "{isa:?} n={n} x={}: {g} vs {w}",
+                        vals[i]
+                    );
+                }
+                // An element's result does not depend on the slice around it.
+                assert_eq!(got[..], whole[..n], "{isa:?} n={n}");
+            }
+        }
     }
 
     #[test]

@@ -575,3 +575,75 @@ tile!(
     q5_0_unsigned,
     pair_unsigned
 );
+
+/// SwiGLU gate `gate = silu(gate) * up` with a polynomial `exp`; a tail
+/// shorter than 8 goes through the same vector code (zero-padded), so an
+/// element's result never depends on where it sits in the slice.
+pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
+    let n = gate.len().min(up.len());
+    let (body, tail) = (n / 8 * 8, n % 8);
+    // SAFETY: features detected by the kernel table; 8-element chunks in bounds.
+    unsafe {
+        for i in (0..body).step_by(8) {
+            silu_mul8(gate.as_mut_ptr().add(i), up.as_ptr().add(i));
+        }
+    }
+    if tail > 0 {
+        let (mut g, mut u) = ([0f32; 8], [0f32; 8]);
+        g[..tail].copy_from_slice(&gate[body..n]);
+        u[..tail].copy_from_slice(&up[body..n]);
+        // SAFETY: as above, on the two 8-element buffers.
+        unsafe { silu_mul8(g.as_mut_ptr(), u.as_ptr()) };
+        gate[body..n].copy_from_slice(&g[..tail]);
+    }
+}
+
+/// Eight lanes of `g * u / (1 + exp(-g))` at `g` (written back) and `u`.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn silu_mul8(g: *mut f32, u: *const f32) {
+    // SAFETY: callers pass 8 readable floats at `u` and 8 writable at `g`.
+    let (gv, uv) = unsafe { (_mm256_loadu_ps(g), _mm256_loadu_ps(u)) };
+    let e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), gv));
+    let r = _mm256_div_ps(_mm256_mul_ps(gv, uv), _mm256_add_ps(_mm256_set1_ps(1.0), e));
+    // SAFETY: as above.
+    unsafe { _mm256_storeu_ps(g, r) };
+}
+
+/// `exp(x)` per lane (Cephes' range reduction and degree-5 polynomial,
+/// within a few ulp); arguments are clamped to about ±88.38, so large ones
+/// give the largest finite result instead of infinity and small ones 0.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn exp8(x: __m256) -> __m256 {
+    let x = _mm256_min_ps(
+        _mm256_max_ps(x, _mm256_set1_ps(-88.376_26)),
+        _mm256_set1_ps(88.376_26),
+    );
+    let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
+        x,
+        _mm256_set1_ps(std::f32::consts::LOG2_E),
+    ));
+    // x - n ln 2, with ln 2 split in two so the product is exact.
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), x);
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
+    let mut p = _mm256_set1_ps(1.987_569_1e-4);
+    for c in [
+        1.398_199_9e-3,
+        8.333_452e-3,
+        4.166_579_6e-2,
+        0.166_666_65,
+        0.5,
+    ] {
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+    }
+    let y = _mm256_add_ps(
+        _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r),
+        _mm256_set1_ps(1.0),
+    );
+    // 2^n through the exponent field (n in [-127, 127]; -127 gives 0).
+    let pow2 = _mm256_slli_epi32::<23>(_mm256_add_epi32(
+        _mm256_cvtps_epi32(n),
+        _mm256_set1_epi32(127),
+    ));
+    _mm256_mul_ps(y, _mm256_castsi256_ps(pow2))
+}
