@@ -160,7 +160,7 @@ mod tests {
 
     #[test]
     fn tile_attention_matches_per_head_attention_on_every_tier() {
-        use crate::cpu::{supported, Isa, Kernels};
+        use crate::cpu::Kernels;
         // (block size, KV heads, head dim, group, tokens, first context)
         for (bs, nkv, hd, g, t, n_ctx) in [
             (4, 2, 8, 3, 1, 11),
@@ -208,10 +208,7 @@ mod tests {
                     &mut one,
                 );
                 assert_eq!(one, want[i * g * hd..]);
-                for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
-                    if isa > supported() {
-                        continue;
-                    }
+                for isa in crate::cpu::tiers() {
                     let mut got = vec![f32::NAN; t * g * hd];
                     scores.fill(f32::NAN);
                     (Kernels::for_isa(isa).attend_tile)(&view, &q, t, n_ctx, &mut scores, &mut got);

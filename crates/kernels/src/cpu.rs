@@ -1,18 +1,25 @@
 //! Instruction-set detection and the kernel table.
 //!
 //! The best tier the CPU supports is detected once, at first use; the
-//! environment variable `HASTEN_ISA=scalar|avx2|avx512` can force a lower
-//! tier (never a higher one), so tests can cover every tier on one machine.
+//! environment variable `HASTEN_ISA=scalar|neon|avx2|avx512` can force a
+//! lower tier (never a higher one), so tests can cover every tier on one
+//! machine. x86-64 has the scalar, AVX2 and AVX-512 tiers, AArch64 the
+//! scalar and NEON ones; [`tiers`] lists those this CPU can run.
 //! Callers fetch function pointers from [`kernels`] instead of branching
 //! on the tier per call.
 
 use crate::quant::GgmlType;
 use std::sync::OnceLock;
 
-/// Instruction-set tiers, lowest first.
+/// Instruction-set tiers, lowest first. Tiers of different architectures
+/// are ordered only so that a forced tier maps to the highest tier of this
+/// architecture at or below it (`HASTEN_ISA=avx2` on AArch64 is NEON,
+/// `HASTEN_ISA=neon` on x86-64 is scalar).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Isa {
     Scalar,
+    /// AArch64 Advanced SIMD with the dot-product extension (`SDOT`).
+    Neon,
     /// AVX2 + FMA + F16C.
     Avx2,
     /// AVX-512 F/BW/VL with VNNI (detected; kernels fall back to AVX2 for now).
@@ -23,6 +30,7 @@ impl Isa {
     pub fn name(self) -> &'static str {
         match self {
             Isa::Scalar => "scalar",
+            Isa::Neon => "neon",
             Isa::Avx2 => "avx2",
             Isa::Avx512 => "avx512",
         }
@@ -31,6 +39,7 @@ impl Isa {
     fn parse(s: &str) -> Option<Self> {
         match s.trim().to_ascii_lowercase().as_str() {
             "scalar" => Some(Isa::Scalar),
+            "neon" => Some(Isa::Neon),
             "avx2" => Some(Isa::Avx2),
             "avx512" => Some(Isa::Avx512),
             _ => None,
@@ -57,7 +66,23 @@ pub fn supported() -> Isa {
             return Isa::Avx2;
         }
     }
+    #[cfg(target_arch = "aarch64")]
+    if std::arch::is_aarch64_feature_detected!("dotprod") {
+        return Isa::Neon;
+    }
     Isa::Scalar
+}
+
+/// The tiers this CPU can run, lowest first: what tests iterate over.
+pub fn tiers() -> Vec<Isa> {
+    let arch: &[Isa] = if cfg!(target_arch = "x86_64") {
+        &[Isa::Scalar, Isa::Avx2, Isa::Avx512]
+    } else if cfg!(target_arch = "aarch64") {
+        &[Isa::Scalar, Isa::Neon]
+    } else {
+        &[Isa::Scalar]
+    };
+    arch.iter().copied().filter(|&i| i <= supported()).collect()
 }
 
 /// The tier in use: [`supported`], lowered by `HASTEN_ISA` if set.
@@ -70,7 +95,12 @@ pub fn isa() -> Isa {
             .as_deref()
             .and_then(Isa::parse)
         {
-            Some(forced) => forced.min(best),
+            // The highest tier of this CPU at or below the forced one.
+            Some(forced) => tiers()
+                .into_iter()
+                .filter(|&i| i <= forced)
+                .max()
+                .unwrap_or(Isa::Scalar),
             None => best,
         }
     })
@@ -343,6 +373,28 @@ impl Kernels {
                 kv_axpy: avx2::axpy_f16,
                 attend_tile: crate::simd::avx2_attn::attend_tile,
                 silu_mul: avx2::silu_mul,
+            };
+        }
+        #[cfg(target_arch = "aarch64")]
+        if isa >= Isa::Neon && supported() >= Isa::Neon {
+            use crate::simd::{neon, neon_k8};
+            return Kernels {
+                isa: Isa::Neon,
+                q8_0: q80(neon::quantize_q8_0, neon::dot_q8_0_q8_0),
+                q4_0: q80(neon::quantize_q8_0, neon::dot_q4_0_q8_0),
+                q5_0: q80(neon::quantize_q8_0, r::dot_q5_0_q8_0),
+                q4_0x8: (neon::gemv_q4_0x8, neon::gemm_q4_0x8),
+                q8_0x8: (neon::gemv_q8_0x8, neon::gemm_q8_0x8),
+                q5_0x8: (neon::gemv_q5_0x8, neon::gemm_q5_0x8),
+                q4_kx8: (neon_k8::gemv_q4_kx8, neon_k8::gemm_q4_kx8),
+                q6_kx8: (neon_k8::gemv_q6_kx8, neon_k8::gemm_q6_kx8),
+                f16_dot: neon::dot_f16_f32,
+                kv_dot: neon::dot_f32_f16,
+                kv_axpy: neon::axpy_f16,
+                silu_mul: neon::silu_mul,
+                // Unrepacked k-quant rows, Q5_0 rows and the attention tile
+                // keep the references (the tile through the dots above).
+                ..scalar
             };
         }
         let _ = isa;

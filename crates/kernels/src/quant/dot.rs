@@ -188,14 +188,13 @@ pub fn axpy_f16(out: &mut [f32], w: f32, v: &[half::f16]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::{supported, Isa, Kernels};
+    use crate::cpu::{Isa, Kernels};
     use crate::quant::{quantize_row, GgmlType};
     use rand::{Rng, SeedableRng};
 
     fn tiers() -> Vec<Kernels> {
-        [Isa::Scalar, Isa::Avx2, Isa::Avx512]
+        crate::cpu::tiers()
             .into_iter()
-            .filter(|&i| i <= supported())
             .map(Kernels::for_isa)
             .collect()
     }

@@ -272,7 +272,7 @@ pub fn dot_q4_0x8(group: &[u8], x: Q8Row<'_>) -> [f32; 8] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::{q8_row_terms, supported, Isa, Kernels, X8_N};
+    use crate::cpu::{q8_row_terms, Kernels, X8_N};
     use crate::quant::dot::{dot_q4_0_q8_0, dot_q8_0_q8_0, quantize_q8_0_act};
     use crate::quant::quantize_row;
     use rand::{Rng, SeedableRng};
@@ -340,10 +340,7 @@ mod tests {
                     d: &d[blocks * j..blocks * (j + 1)],
                     ds: &ds[blocks * j..blocks * (j + 1)],
                 });
-                for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
-                    if isa > supported() {
-                        continue;
-                    }
+                for isa in crate::cpu::tiers() {
                     let (gemv, gemm) = Kernels::for_isa(isa).x8_path(ty).unwrap();
                     let many = gemm(&packed, x);
                     for j in 0..X8_N {
@@ -450,10 +447,7 @@ mod tests {
                             got[r]
                         );
                     }
-                    for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
-                        if isa > supported() {
-                            continue;
-                        }
+                    for isa in crate::cpu::tiers() {
                         let (gemv, gemm) = tier(&Kernels::for_isa(isa));
                         let [one] = gemv(group, [x[j]]);
                         let many = gemm(group, x);

@@ -1,0 +1,457 @@
+//! AArch64 NEON + dot-product (`SDOT`, ARMv8.2's FEAT_DotProd) kernels:
+//! Apple M1 and later, AWS Graviton 2 and later, Ampere Altra, Cortex-A76
+//! and later. CPUs without `SDOT` (Cortex-A72 of the Raspberry Pi 4, A53)
+//! keep the scalar tier.
+//!
+//! The eight-row interleaved layouts of [`crate::quant::repack`] fit `SDOT`
+//! as they fit AVX2's `maddubs`: a 16-byte load holds four quant bytes of
+//! four rows, and one `SDOT` against the activation's four bytes
+//! broadcast gives those four rows' partial sums in its four lanes, so the
+//! integer sums here are exactly the AVX2 tier's (unsigned 4/5/6-bit
+//! values against signed 8-bit activations, the zero offset carried by
+//! `ds` or the block sums) and the float steps are the same fused
+//! multiply-adds.
+//!
+//! `SDOT` and the f16 widening `FCVTL` are written as inline assembly
+//! (Rust has no stable intrinsic for `SDOT`, and `FCVTL` needs the
+//! unstable `f16` type). Handed out by [`crate::cpu::Kernels::for_isa`]
+//! only after `is_aarch64_feature_detected!("dotprod")` (NEON is part of
+//! every AArch64 CPU): the safety condition of every function below.
+
+#![allow(unsafe_code)]
+
+use crate::cpu::{Q8Row, X8_N};
+use crate::quant::read_f16;
+use std::arch::aarch64::*;
+use std::arch::asm;
+
+const QK: usize = 32;
+
+/// `acc + (a . b)` per 32-bit lane over four signed byte products.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+pub(super) fn sdot(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+    let mut acc = acc;
+    // SAFETY: SDOT reads and writes only these registers; the dotprod
+    // feature was detected before this function could be reached.
+    unsafe {
+        asm!(
+            "sdot {acc:v}.4s, {a:v}.16b, {b:v}.16b",
+            acc = inout(vreg) acc,
+            a = in(vreg) a,
+            b = in(vreg) b,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+    }
+    acc
+}
+
+/// Four IEEE halves (as bits) widened to f32, exactly.
+#[inline]
+#[target_feature(enable = "neon")]
+fn widen_f16(h: uint16x4_t) -> float32x4_t {
+    let out: float32x4_t;
+    // SAFETY: FCVTL (half to single) is base AArch64 SIMD; registers only.
+    unsafe {
+        asm!(
+            "fcvtl {o:v}.4s, {h:v}.4h",
+            o = out(vreg) out,
+            h = in(vreg) h,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+    }
+    out
+}
+
+/// Eight little-endian f16 values at `p` as two f32 vectors.
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) unsafe fn load_f16x8(p: *const u8) -> [float32x4_t; 2] {
+    // SAFETY: callers pass 16 readable bytes.
+    let h = unsafe { vld1q_u16(p as *const u16) };
+    [widen_f16(vget_low_u16(h)), widen_f16(vget_high_u16(h))]
+}
+
+/// Four bytes at `q` repeated in the four lanes.
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) unsafe fn bcast4(q: *const u8) -> int8x16_t {
+    // SAFETY: callers pass 4 readable bytes.
+    vreinterpretq_s8_s32(vdupq_n_s32(unsafe { (q as *const i32).read_unaligned() }))
+}
+
+/// Quantizes activations to Q8_0 blocks, bit-exact with the reference
+/// (`round` half away from zero is `FCVTAS`).
+pub fn quantize_q8_0(x: &[f32], out: &mut [u8]) {
+    let n = (x.len() / QK).min(out.len() / 34);
+    // SAFETY: NEON is part of every AArch64 CPU; `n` whole blocks.
+    unsafe { quantize_q8_0_impl(&x[..n * QK], &mut out[..n * 34]) }
+}
+
+#[target_feature(enable = "neon")]
+unsafe fn quantize_q8_0_impl(x: &[f32], out: &mut [u8]) {
+    for (xb, ob) in x.chunks_exact(QK).zip(out.chunks_exact_mut(34)) {
+        // SAFETY: `xb` holds 32 floats.
+        let v: [float32x4_t; 8] =
+            std::array::from_fn(|i| unsafe { vld1q_f32(xb.as_ptr().add(4 * i)) });
+        let mut m = vabsq_f32(v[0]);
+        for vi in &v[1..] {
+            m = vmaxq_f32(m, vabsq_f32(*vi));
+        }
+        let d = vmaxvq_f32(m) / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        ob[..2].copy_from_slice(&half::f16::from_f32(d).to_le_bytes());
+        let mut q = [0i8; 32];
+        for i in 0..4 {
+            let a = vcvtaq_s32_f32(vmulq_n_f32(v[2 * i], id));
+            let b = vcvtaq_s32_f32(vmulq_n_f32(v[2 * i + 1], id));
+            let h = vcombine_s16(vqmovn_s32(a), vqmovn_s32(b));
+            // SAFETY: 8 bytes at 8i of the 32.
+            unsafe { vst1_s8(q.as_mut_ptr().add(8 * i), vqmovn_s16(h)) };
+        }
+        for (o, &v) in ob[2..].iter_mut().zip(&q) {
+            *o = v as u8;
+        }
+    }
+}
+
+/// Q8_0 weights · Q8_0 activations.
+pub fn dot_q8_0_q8_0(w: &[u8], x: &[u8]) -> f32 {
+    let n = (w.len() / 34).min(x.len() / 34);
+    // SAFETY: dotprod detected by the kernel table; `n` whole blocks.
+    unsafe { dot_q_q8_0_impl::<34>(&w[..n * 34], &x[..n * 34]) }
+}
+
+/// Q4_0 weights · Q8_0 activations.
+pub fn dot_q4_0_q8_0(w: &[u8], x: &[u8]) -> f32 {
+    let n = (w.len() / 18).min(x.len() / 34);
+    // SAFETY: as above.
+    unsafe { dot_q_q8_0_impl::<18>(&w[..n * 18], &x[..n * 34]) }
+}
+
+/// One weight row (Q8_0 blocks of 34 bytes or Q4_0 of 18) times a Q8_0 row.
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn dot_q_q8_0_impl<const WB: usize>(w: &[u8], x: &[u8]) -> f32 {
+    let mut acc = vdupq_n_f32(0.0);
+    for (bw, bx) in w.chunks_exact(WB).zip(x.chunks_exact(34)) {
+        // SAFETY: a Q8_0 block holds 32 quant bytes after its scale.
+        let (x0, x1) = unsafe {
+            (
+                vld1q_s8(bx.as_ptr().add(2) as *const i8),
+                vld1q_s8(bx.as_ptr().add(18) as *const i8),
+            )
+        };
+        let (w0, w1) = if WB == 34 {
+            // SAFETY: as above, for the weight block.
+            unsafe {
+                (
+                    vld1q_s8(bw.as_ptr().add(2) as *const i8),
+                    vld1q_s8(bw.as_ptr().add(18) as *const i8),
+                )
+            }
+        } else {
+            // SAFETY: a Q4_0 block holds 16 nibble bytes after its scale.
+            let p = unsafe { vld1q_u8(bw.as_ptr().add(2)) };
+            let eight = vdupq_n_s8(8);
+            (
+                vsubq_s8(vreinterpretq_s8_u8(vandq_u8(p, vdupq_n_u8(0x0f))), eight),
+                vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8::<4>(p)), eight),
+            )
+        };
+        let s = sdot(sdot(vdupq_n_s32(0), w0, x0), w1, x1);
+        acc = vfmaq_n_f32(acc, vcvtq_f32_s32(s), read_f16(bw) * read_f16(bx));
+    }
+    vaddvq_f32(acc)
+}
+
+/// f16 weights · f32 activations.
+pub fn dot_f16_f32(w: &[u8], x: &[f32]) -> f32 {
+    let n = (w.len() / 2).min(x.len());
+    // SAFETY: NEON is always present; `n` elements of each.
+    unsafe { dot_f16_f32_impl(&w[..2 * n], &x[..n]) }
+}
+
+#[target_feature(enable = "neon")]
+unsafe fn dot_f16_f32_impl(w: &[u8], x: &[f32]) -> f32 {
+    let n = x.len();
+    let (mut a0, mut a1) = (vdupq_n_f32(0.0), vdupq_n_f32(0.0));
+    let mut i = 0;
+    while i + 8 <= n {
+        // SAFETY: i + 8 <= n elements remain in both slices.
+        unsafe {
+            let [h0, h1] = load_f16x8(w.as_ptr().add(2 * i));
+            a0 = vfmaq_f32(a0, h0, vld1q_f32(x.as_ptr().add(i)));
+            a1 = vfmaq_f32(a1, h1, vld1q_f32(x.as_ptr().add(i + 4)));
+        }
+        i += 8;
+    }
+    let mut sum = vaddvq_f32(vaddq_f32(a0, a1));
+    while i < n {
+        sum += read_f16(&w[2 * i..]) * x[i];
+        i += 1;
+    }
+    sum
+}
+
+/// f32 query · f16 K row.
+pub fn dot_f32_f16(q: &[f32], k: &[half::f16]) -> f32 {
+    let n = q.len().min(k.len());
+    // SAFETY: `half::f16` is `repr(transparent)` over u16, so the slice is
+    // `n` little-endian halfs; NEON is always present.
+    unsafe {
+        dot_f16_f32_impl(
+            std::slice::from_raw_parts(k.as_ptr() as *const u8, 2 * n),
+            &q[..n],
+        )
+    }
+}
+
+/// `out += w * v` for an f16 V row.
+pub fn axpy_f16(out: &mut [f32], w: f32, v: &[half::f16]) {
+    let n = out.len().min(v.len());
+    // SAFETY: as in `dot_f32_f16`.
+    unsafe {
+        axpy_f16_impl(
+            &mut out[..n],
+            w,
+            std::slice::from_raw_parts(v.as_ptr() as *const u8, 2 * n),
+        )
+    }
+}
+
+#[target_feature(enable = "neon")]
+unsafe fn axpy_f16_impl(out: &mut [f32], w: f32, v: &[u8]) {
+    let n = out.len();
+    let mut i = 0;
+    while i + 8 <= n {
+        // SAFETY: i + 8 <= n elements remain in both slices.
+        unsafe {
+            let [h0, h1] = load_f16x8(v.as_ptr().add(2 * i));
+            let p = out.as_mut_ptr().add(i);
+            vst1q_f32(p, vfmaq_n_f32(vld1q_f32(p), h0, w));
+            vst1q_f32(p.add(4), vfmaq_n_f32(vld1q_f32(p.add(4)), h1, w));
+        }
+        i += 8;
+    }
+    while i < n {
+        out[i] += w * read_f16(&v[2 * i..]);
+        i += 1;
+    }
+}
+
+/// SwiGLU gate `gate = silu(gate) * up` with the polynomial `exp` of the
+/// AVX2 tier; a tail shorter than 4 goes through the same vector code.
+pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
+    let n = gate.len().min(up.len());
+    let (body, tail) = (n / 4 * 4, n % 4);
+    // SAFETY: NEON is always present; 4-element chunks in bounds.
+    unsafe {
+        for i in (0..body).step_by(4) {
+            silu_mul4(gate.as_mut_ptr().add(i), up.as_ptr().add(i));
+        }
+    }
+    if tail > 0 {
+        let (mut g, mut u) = ([0f32; 4], [0f32; 4]);
+        g[..tail].copy_from_slice(&gate[body..n]);
+        u[..tail].copy_from_slice(&up[body..n]);
+        // SAFETY: as above, on the two 4-element buffers.
+        unsafe { silu_mul4(g.as_mut_ptr(), u.as_ptr()) };
+        gate[body..n].copy_from_slice(&g[..tail]);
+    }
+}
+
+#[target_feature(enable = "neon")]
+unsafe fn silu_mul4(g: *mut f32, u: *const f32) {
+    // SAFETY: callers pass 4 readable floats at `u` and 4 writable at `g`.
+    let (gv, uv) = unsafe { (vld1q_f32(g), vld1q_f32(u)) };
+    let e = exp4(vnegq_f32(gv));
+    let r = vdivq_f32(vmulq_f32(gv, uv), vaddq_f32(vdupq_n_f32(1.0), e));
+    // SAFETY: as above.
+    unsafe { vst1q_f32(g, r) };
+}
+
+/// `exp(x)` per lane: the AVX2 tier's `exp8` (Cephes' range reduction and
+/// polynomial, arguments clamped to about ±88.38).
+#[inline]
+#[target_feature(enable = "neon")]
+fn exp4(x: float32x4_t) -> float32x4_t {
+    let x = vminq_f32(
+        vmaxq_f32(x, vdupq_n_f32(-88.376_26)),
+        vdupq_n_f32(88.376_26),
+    );
+    let n = vrndnq_f32(vmulq_n_f32(x, std::f32::consts::LOG2_E));
+    let r = vfmsq_f32(x, n, vdupq_n_f32(0.693_359_4));
+    let r = vfmsq_f32(r, n, vdupq_n_f32(-2.121_944_4e-4));
+    let mut p = vdupq_n_f32(1.987_569_1e-4);
+    for c in [
+        1.398_199_9e-3,
+        8.333_452e-3,
+        4.166_579_6e-2,
+        0.166_666_65,
+        0.5,
+    ] {
+        p = vfmaq_f32(vdupq_n_f32(c), p, r);
+    }
+    let y = vaddq_f32(vfmaq_f32(r, p, vmulq_f32(r, r)), vdupq_n_f32(1.0));
+    let pow2 = vshlq_n_s32::<23>(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)));
+    vmulq_f32(y, vreinterpretq_f32_s32(pow2))
+}
+
+const Q4_UNIT: usize = 16 + 8 * 16;
+const Q5_UNIT: usize = crate::quant::repack::Q5_0_UNIT;
+const Q8_UNIT: usize = 16 + 8 * 32;
+
+/// Integer sums of rows 0..4 and 4..8 of a group for one activation block.
+type Sums = [int32x4_t; 2];
+
+/// Q4_0 / Q5_0: the unit's values of elements `4k..4k + 4` (`w[k]`) and
+/// `16 + 4k..` (`w[4 + k]`) for rows 0..4 and 4..8, as unsigned bytes.
+type Prepped = [[int8x16_t; 2]; 8];
+
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+fn prep_q4(u: *const u8) -> Prepped {
+    let m4 = vdupq_n_u8(0x0f);
+    let mut w = [[vdupq_n_s8(0); 2]; 8];
+    for k in 0..4 {
+        for h in 0..2 {
+            // SAFETY: a Q4_0 unit holds 128 quant bytes after its 16 scale bytes.
+            let v = unsafe { vld1q_u8(u.add(16 + 32 * k + 16 * h)) };
+            w[k][h] = vreinterpretq_s8_u8(vandq_u8(v, m4));
+            w[4 + k][h] = vreinterpretq_s8_u8(vshrq_n_u8::<4>(v));
+        }
+    }
+    w
+}
+
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+fn prep_q5(u: *const u8) -> Prepped {
+    let (m4, m1) = (vdupq_n_u8(0x0f), vdupq_n_u8(1));
+    let mut w = [[vdupq_n_s8(0); 2]; 8];
+    for h in 0..2 {
+        // SAFETY: a Q5_0 unit holds 32 bit bytes at 16 and 128 quant bytes at 48.
+        let bits = unsafe { vld1q_u8(u.add(16 + 16 * h)) };
+        for k in 0..4 {
+            // SAFETY: as above.
+            let v = unsafe { vld1q_u8(u.add(48 + 32 * k + 16 * h)) };
+            let lo_bit = vandq_u8(vshlq_u8(bits, vdupq_n_s8(-(2 * k as i8))), m1);
+            let hi_bit = vandq_u8(vshlq_u8(bits, vdupq_n_s8(-(2 * k as i8 + 1))), m1);
+            w[k][h] = vreinterpretq_s8_u8(vorrq_u8(vandq_u8(v, m4), vshlq_n_u8::<4>(lo_bit)));
+            w[4 + k][h] =
+                vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8::<4>(v), vshlq_n_u8::<4>(hi_bit)));
+        }
+    }
+    w
+}
+
+/// Q4_0 / Q5_0: the eight rows' integer sums for the block quants at `q`.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+fn sums_q45(w: &Prepped, _u: *const u8, q: *const u8) -> Sums {
+    let mut s = [vdupq_n_s32(0); 2];
+    for k in 0..4 {
+        // SAFETY: `q` points at the block's 32 quant bytes.
+        let (xl, xh) = unsafe { (bcast4(q.add(4 * k)), bcast4(q.add(16 + 4 * k))) };
+        for h in 0..2 {
+            s[h] = sdot(sdot(s[h], w[k][h], xl), w[4 + k][h], xh);
+        }
+    }
+    s
+}
+
+/// Q8_0 needs nothing prepared: the signed bytes are read per token.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+fn prep_q8(_u: *const u8) {}
+
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+fn sums_q8(_w: &(), u: *const u8, q: *const u8) -> Sums {
+    let mut s = [vdupq_n_s32(0); 2];
+    for k in 0..8 {
+        // SAFETY: a Q8_0 unit holds 256 quant bytes after its scales; `q` 32 bytes.
+        let x = unsafe { bcast4(q.add(4 * k)) };
+        for h in 0..2 {
+            // SAFETY: as above.
+            let w = unsafe { vld1q_s8(u.add(16 + 32 * k + 16 * h) as *const i8) };
+            s[h] = sdot(s[h], w, x);
+        }
+    }
+    s
+}
+
+/// The kernels of a 32-element x8 layout (as the AVX2 tier's `x8!`): per
+/// block column, the weights are prepared once for all activation rows.
+macro_rules! x8 {
+    ($name:ident, $impl_name:ident, $rn:expr, $unit:expr, $prep:ident, $sums:ident) => {
+        /// One eight-row group times activation rows (see the module docs).
+        pub fn $name(group: &[u8], x: [Q8Row<'_>; $rn]) -> [[f32; 8]; $rn] {
+            let nb = x.iter().fold(group.len() / $unit, |m, r| {
+                m.min(r.q.len() / 34).min(r.d.len()).min(r.ds.len())
+            });
+            // SAFETY: dotprod detected by the kernel table; every slice holds `nb` whole blocks.
+            unsafe { $impl_name(&group[..nb * $unit], x, nb) }
+        }
+
+        #[target_feature(enable = "neon,dotprod")]
+        unsafe fn $impl_name(group: &[u8], x: [Q8Row<'_>; $rn], nb: usize) -> [[f32; 8]; $rn] {
+            let mut acc = [[vdupq_n_f32(0.0); 2]; $rn];
+            for b in 0..nb {
+                // SAFETY: unit `b < nb` lies inside `group`.
+                let u = unsafe { group.as_ptr().add(b * $unit) };
+                // SAFETY: a unit starts with the 8 rows' f16 scales (16 bytes).
+                let dw = unsafe { load_f16x8(u) };
+                let w = $prep(u);
+                for j in 0..$rn {
+                    let r = &x[j];
+                    // SAFETY: block `b < nb` of each activation row exists.
+                    let qj = unsafe { r.q.as_ptr().add(34 * b + 2) };
+                    let s = $sums(&w, u, qj);
+                    let (dx, ds8) = (r.d[b], 8.0 * r.ds[b]);
+                    for h in 0..2 {
+                        let v = vfmaq_n_f32(vdupq_n_f32(ds8), vcvtq_f32_s32(s[h]), dx);
+                        acc[j][h] = vfmaq_f32(acc[j][h], dw[h], v);
+                    }
+                }
+            }
+            let mut out = [[0f32; 8]; $rn];
+            for j in 0..$rn {
+                // SAFETY: `out[j]` holds 8 floats.
+                unsafe {
+                    vst1q_f32(out[j].as_mut_ptr(), acc[j][0]);
+                    vst1q_f32(out[j].as_mut_ptr().add(4), acc[j][1]);
+                }
+            }
+            out
+        }
+    };
+}
+
+x8!(gemv_q4_0x8, gemv_q4_0x8_impl, 1, Q4_UNIT, prep_q4, sums_q45);
+x8!(
+    gemm_q4_0x8,
+    gemm_q4_0x8_impl,
+    X8_N,
+    Q4_UNIT,
+    prep_q4,
+    sums_q45
+);
+x8!(gemv_q5_0x8, gemv_q5_0x8_impl, 1, Q5_UNIT, prep_q5, sums_q45);
+x8!(
+    gemm_q5_0x8,
+    gemm_q5_0x8_impl,
+    X8_N,
+    Q5_UNIT,
+    prep_q5,
+    sums_q45
+);
+x8!(gemv_q8_0x8, gemv_q8_0x8_impl, 1, Q8_UNIT, prep_q8, sums_q8);
+x8!(
+    gemm_q8_0x8,
+    gemm_q8_0x8_impl,
+    X8_N,
+    Q8_UNIT,
+    prep_q8,
+    sums_q8
+);

@@ -1,0 +1,183 @@
+//! NEON + dot-product kernels over the eight-row Q4_K and Q6_K layouts of
+//! [`crate::quant::repack`] and [`crate::quant::repack_q6k`] against Q8_K
+//! activations: the integer sums of the AVX2 tier's `avx2_x8` k-quant
+//! kernels, with `SDOT` producing four rows' sums per instruction and the
+//! per-sub-block scales applied with 32-bit multiply-adds.
+//!
+//! Handed out by [`crate::cpu::Kernels::for_isa`] only after the dotprod
+//! feature was detected: the safety condition of every function below.
+
+#![allow(unsafe_code)]
+
+use super::neon::{bcast4, load_f16x8, sdot};
+use crate::cpu::X8_N;
+use crate::quant::dot::Q8_K_BYTES as Q8K;
+use crate::quant::repack::Q4K_UNIT;
+use crate::quant::repack_q6k::Q6K_UNIT;
+use std::arch::aarch64::*;
+
+/// Eight bytes at `p` (one per row) widened to rows 0..4 and 4..8.
+#[inline]
+#[target_feature(enable = "neon")]
+unsafe fn rows_u8(p: *const u8) -> [int32x4_t; 2] {
+    // SAFETY: callers pass 8 readable bytes.
+    let v = vmovl_u8(unsafe { vld1_u8(p) });
+    [
+        vreinterpretq_s32_u32(vmovl_u16(vget_low_u16(v))),
+        vreinterpretq_s32_u32(vmovl_u16(vget_high_u16(v))),
+    ]
+}
+
+/// The same for signed bytes.
+#[inline]
+#[target_feature(enable = "neon")]
+unsafe fn rows_i8(p: *const u8) -> [int32x4_t; 2] {
+    // SAFETY: callers pass 8 readable bytes.
+    let v = vmovl_s8(unsafe { vld1_s8(p as *const i8) });
+    [vmovl_s16(vget_low_s16(v)), vmovl_s16(vget_high_s16(v))]
+}
+
+/// The i16 block sum `i` of a Q8_K block at `bx`.
+#[inline]
+unsafe fn bsum(bx: *const u8, i: usize) -> i32 {
+    // SAFETY: callers pass a whole Q8_K block; sum `i < 16` lies at 260 + 2i.
+    unsafe { (bx.add(260 + 2 * i) as *const i16).read_unaligned() as i32 }
+}
+
+/// Q4_K, one Q8_K block: `d dx sum_j sc_j q.x - dmin dx sum_j m_j sum(x)`
+/// for the eight rows, added to `acc`.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn step_q4k(u: *const u8, bx: *const u8, acc: [float32x4_t; 2]) -> [float32x4_t; 2] {
+    let m4 = vdupq_n_u8(0x0f);
+    // SAFETY: a Q8_K block is d (4 bytes), 256 quants, 16 i16 block sums.
+    let (dx, q8) = unsafe { ((bx as *const f32).read_unaligned(), bx.add(4)) };
+    let (mut isum, mut msum) = ([vdupq_n_s32(0); 2], [vdupq_n_s32(0); 2]);
+    for c in 0..4 {
+        let (mut lo, mut hi) = ([vdupq_n_s32(0); 2], [vdupq_n_s32(0); 2]);
+        for k in 0..8 {
+            // SAFETY: 4 + 256 activation bytes; the quants run 1024 bytes from 160.
+            let (xl, xh) = unsafe {
+                (
+                    bcast4(q8.add(64 * c + 4 * k)),
+                    bcast4(q8.add(64 * c + 32 + 4 * k)),
+                )
+            };
+            for h in 0..2 {
+                // SAFETY: as above.
+                let v = unsafe { vld1q_u8(u.add(160 + 256 * c + 32 * k + 16 * h)) };
+                lo[h] = sdot(lo[h], vreinterpretq_s8_u8(vandq_u8(v, m4)), xl);
+                hi[h] = sdot(hi[h], vreinterpretq_s8_u8(vshrq_n_u8::<4>(v)), xh);
+            }
+        }
+        // SAFETY: sub-block scales at 32 + 8j, minimums at 96 + 8j (j < 8).
+        let (sl, sh, ml, mh) = unsafe {
+            (
+                rows_u8(u.add(32 + 16 * c)),
+                rows_u8(u.add(40 + 16 * c)),
+                rows_u8(u.add(96 + 16 * c)),
+                rows_u8(u.add(104 + 16 * c)),
+            )
+        };
+        // SAFETY: sums of sub-block 2c are block sums 4c, 4c + 1; of 2c + 1, 4c + 2, 4c + 3.
+        let (xl, xh) = unsafe {
+            (
+                bsum(bx, 4 * c) + bsum(bx, 4 * c + 1),
+                bsum(bx, 4 * c + 2) + bsum(bx, 4 * c + 3),
+            )
+        };
+        for h in 0..2 {
+            isum[h] = vmlaq_s32(vmlaq_s32(isum[h], lo[h], sl[h]), hi[h], sh[h]);
+            msum[h] = vmlaq_n_s32(vmlaq_n_s32(msum[h], ml[h], xl), mh[h], xh);
+        }
+    }
+    // SAFETY: d and dmin of the 8 rows open the unit (16 bytes each).
+    let (d, dmin) = unsafe { (load_f16x8(u), load_f16x8(u.add(16))) };
+    let mut out = acc;
+    for h in 0..2 {
+        out[h] = vfmaq_f32(out[h], vmulq_n_f32(d[h], dx), vcvtq_f32_s32(isum[h]));
+        out[h] = vfmsq_f32(out[h], vmulq_n_f32(dmin[h], dx), vcvtq_f32_s32(msum[h]));
+    }
+    out
+}
+
+/// Q6_K, one Q8_K block: stored values are `q + 32`, so `32 sum_g sc_g
+/// sum(x)` is taken back off before scaling by `d dx`.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn step_q6k(u: *const u8, bx: *const u8, acc: [float32x4_t; 2]) -> [float32x4_t; 2] {
+    // SAFETY: a Q8_K block is d (4 bytes), 256 quants, 16 i16 block sums.
+    let (dx, q8) = unsafe { ((bx as *const f32).read_unaligned(), bx.add(4)) };
+    let mut total = [vdupq_n_s32(0); 2];
+    for g in 0..16 {
+        let (s, k0) = (g / 2, 4 * (g % 2));
+        let mut part = [vdupq_n_s32(0); 2];
+        for k in k0..k0 + 4 {
+            // SAFETY: 256 activation quants; values run 2048 bytes from 144.
+            let x = unsafe { bcast4(q8.add(32 * s + 4 * k)) };
+            for h in 0..2 {
+                // SAFETY: as above.
+                let v = unsafe { vld1q_s8(u.add(144 + 256 * s + 32 * k + 16 * h) as *const i8) };
+                part[h] = sdot(part[h], v, x);
+            }
+        }
+        // SAFETY: group scales at 16 + 8g; block sum g of the activation block.
+        let (sc, off) = unsafe { (rows_i8(u.add(16 + 8 * g)), 32 * bsum(bx, g)) };
+        for h in 0..2 {
+            total[h] = vmlaq_s32(total[h], vsubq_s32(part[h], vdupq_n_s32(off)), sc[h]);
+        }
+    }
+    // SAFETY: the 8 rows' d open the unit (16 bytes).
+    let d = unsafe { load_f16x8(u) };
+    let mut out = acc;
+    for h in 0..2 {
+        out[h] = vfmaq_f32(out[h], vmulq_n_f32(d[h], dx), vcvtq_f32_s32(total[h]));
+    }
+    out
+}
+
+/// The kernels of a k-quant x8 layout: `$step(unit, q8k_block, acc)` adds
+/// one activation block's contribution for the eight rows.
+macro_rules! k8 {
+    ($name:ident, $impl_name:ident, $rn:expr, $unit:expr, $step:ident) => {
+        /// One eight-row k-quant group times Q8_K activation rows.
+        pub fn $name(group: &[u8], x: [&[u8]; $rn]) -> [[f32; 8]; $rn] {
+            let nb = x
+                .iter()
+                .fold(group.len() / $unit, |m, r| m.min(r.len() / Q8K));
+            // SAFETY: dotprod detected by the kernel table; `nb` whole blocks everywhere.
+            unsafe { $impl_name(&group[..nb * $unit], x, nb) }
+        }
+
+        #[target_feature(enable = "neon,dotprod")]
+        unsafe fn $impl_name(group: &[u8], x: [&[u8]; $rn], nb: usize) -> [[f32; 8]; $rn] {
+            let mut acc = [[vdupq_n_f32(0.0); 2]; $rn];
+            for b in 0..nb {
+                for j in 0..$rn {
+                    // SAFETY: unit `b` and block `b` of each row exist (`b < nb`).
+                    acc[j] = unsafe {
+                        $step(
+                            group.as_ptr().add(b * $unit),
+                            x[j].as_ptr().add(b * Q8K),
+                            acc[j],
+                        )
+                    };
+                }
+            }
+            let mut out = [[0f32; 8]; $rn];
+            for j in 0..$rn {
+                // SAFETY: `out[j]` holds 8 floats.
+                unsafe {
+                    vst1q_f32(out[j].as_mut_ptr(), acc[j][0]);
+                    vst1q_f32(out[j].as_mut_ptr().add(4), acc[j][1]);
+                }
+            }
+            out
+        }
+    };
+}
+
+k8!(gemv_q4_kx8, gemv_q4_kx8_impl, 1, Q4K_UNIT, step_q4k);
+k8!(gemm_q4_kx8, gemm_q4_kx8_impl, X8_N, Q4K_UNIT, step_q4k);
+k8!(gemv_q6_kx8, gemv_q6_kx8_impl, 1, Q6K_UNIT, step_q6k);
+k8!(gemm_q6_kx8, gemm_q6_kx8_impl, X8_N, Q6K_UNIT, step_q6k);
