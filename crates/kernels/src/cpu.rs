@@ -221,7 +221,7 @@ pub type Tile1 = fn(w: [&[u8]; 4], x: [Q8Row<'_>; 1]) -> [[f32; 1]; 4];
 pub type TileN = fn(w: [&[u8]; 4], x: [Q8Row<'_>; TILE_N]) -> [[f32; TILE_N]; 4];
 /// Quantizes an f32 activation row into blocks of the activation type.
 pub type QuantizeRow = fn(x: &[f32], out: &mut [u8]);
-/// f32 dot product of an f16 row (little-endian bytes) with an f32 row.
+/// f32 dot product of an f16 (or bf16) row (little-endian bytes) with an f32 row.
 pub type F16Dot = fn(w: &[u8], x: &[f32]) -> f32;
 
 /// How the products with one weight type are computed.
@@ -253,6 +253,8 @@ pub struct Kernels {
     pub q4_kx8: (K8Gemv, K8Gemm),
     pub q6_kx8: (K8Gemv, K8Gemm),
     pub f16_dot: F16Dot,
+    /// The same for bf16 weights.
+    pub bf16_dot: F16Dot,
     /// Query · one f16 K row (attention scores).
     pub kv_dot: fn(&[f32], &[half::f16]) -> f32,
     /// `out += w * V row` (attention's weighted sum).
@@ -323,6 +325,7 @@ impl Kernels {
             q4_kx8: (q4_kx8_gemv_ref, q4_kx8_gemm_ref),
             q6_kx8: (q6_kx8_gemv_ref, q6_kx8_gemm_ref),
             f16_dot: r::dot_f16_f32,
+            bf16_dot: r::dot_bf16_f32,
             kv_dot: r::dot_f32_f16,
             kv_axpy: r::axpy_f16,
             attend_tile: crate::attention::attend_tile_reference,
@@ -369,6 +372,7 @@ impl Kernels {
                     crate::simd::avx2_x8::gemm_q6_kx8,
                 ),
                 f16_dot: avx2::dot_f16_f32,
+                bf16_dot: avx2::dot_bf16_f32,
                 kv_dot: avx2::dot_f32_f16,
                 kv_axpy: avx2::axpy_f16,
                 attend_tile: crate::simd::avx2_attn::attend_tile,
@@ -389,6 +393,7 @@ impl Kernels {
                 q4_kx8: (neon_k8::gemv_q4_kx8, neon_k8::gemm_q4_kx8),
                 q6_kx8: (neon_k8::gemv_q6_kx8, neon_k8::gemm_q6_kx8),
                 f16_dot: neon::dot_f16_f32,
+                bf16_dot: neon::dot_bf16_f32,
                 kv_dot: neon::dot_f32_f16,
                 kv_axpy: neon::axpy_f16,
                 silu_mul: neon::silu_mul,
@@ -406,4 +411,25 @@ impl Kernels {
 pub fn kernels() -> &'static Kernels {
     static K: OnceLock<Kernels> = OnceLock::new();
     K.get_or_init(|| Kernels::for_isa(isa()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `HASTEN_EXPECT_ISA` (set by `scripts/test-aarch64.sh` for each
+    /// emulated CPU) names the tier detection must find, so a run cannot
+    /// pass while silently testing a lower tier than intended.
+    #[test]
+    fn detection_finds_the_expected_tier() {
+        let tiers = tiers();
+        assert_eq!(tiers.first(), Some(&Isa::Scalar));
+        assert_eq!(tiers.last(), Some(&supported()));
+        assert!(tiers.windows(2).all(|w| w[0] < w[1]));
+        let table = Kernels::for_isa(supported());
+        assert_eq!(table.isa, supported());
+        if let Ok(want) = std::env::var("HASTEN_EXPECT_ISA") {
+            assert_eq!(supported().name(), want.trim());
+        }
+    }
 }

@@ -101,7 +101,8 @@ const TOKEN_BLOCK: usize = 64;
 /// Uses the fastest kernel of [`crate::cpu::kernels`]: for the integer types
 /// the activations are quantized once (Q8_0 or Q8_K blocks, as ggml does)
 /// and every product is an integer dot, through register tiles of four
-/// weight rows where the tier has them; F16 weights use an F16C dot; other
+/// weight rows where the tier has them; F16 and BF16 weights use f32 dots
+/// that widen the halves in registers; other
 /// types take [`matmul_reference`]'s path.
 pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads) -> Result<()> {
     let n = check_shapes(w, x, out)?;
@@ -166,8 +167,12 @@ pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads
         SCRATCH.with(|c| *c.borrow_mut() = s);
         return Ok(());
     }
-    if w.ty == GgmlType::F16 {
-        let dot = k.f16_dot;
+    if w.ty == GgmlType::F16 || w.ty == GgmlType::BF16 {
+        let dot = if w.ty == GgmlType::F16 {
+            k.f16_dot
+        } else {
+            k.bf16_dot
+        };
         par_column_blocks(out, w.rows, 1, threads, |blk| {
             for i in 0..blk.width() {
                 let row = w.row(blk.first() + i);

@@ -67,6 +67,15 @@ pub fn dot_f16_f32(w: &[u8], x: &[f32]) -> f32 {
         .sum()
 }
 
+/// bf16 weights times f32 activations, accumulated in f32 (a bf16 is the
+/// top half of an f32).
+pub fn dot_bf16_f32(w: &[u8], x: &[f32]) -> f32 {
+    w.chunks_exact(2)
+        .zip(x)
+        .map(|(b, &v)| f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16) * v)
+        .sum()
+}
+
 /// Bytes of one Q8_K activation block: `d: f32, qs: [i8; 256], bsums: [i16; 16]`.
 pub const Q8_K_BYTES: usize = 4 + QK_K + 32;
 
@@ -385,21 +394,34 @@ mod tests {
     }
 
     #[test]
-    fn f16_dot_matches_on_every_tier_with_tails() {
+    fn f16_and_bf16_dots_match_on_every_tier_with_tails() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
-        for n in [1usize, 7, 16, 31, 100, 257] {
-            let (wf, x) = (row(&mut rng, n), row(&mut rng, n));
-            let mut w = vec![0u8; 2 * n];
-            quantize_row(GgmlType::F16, &wf, &mut w).unwrap();
-            let want = dot_f16_f32(&w, &x);
-            let scale: f32 = wf.iter().zip(&x).map(|(a, b)| (a * b).abs()).sum();
-            for k in tiers() {
-                let got = (k.f16_dot)(&w, &x);
-                assert!(
-                    (got - want).abs() <= 1e-5 * scale + 1e-6,
-                    "{:?} n={n}: {got} vs {want}",
-                    k.isa
-                );
+        type Dot = fn(&[u8], &[f32]) -> f32;
+        type Case = (GgmlType, Dot, fn(&Kernels) -> Dot);
+        let cases: [Case; 2] = [
+            (GgmlType::F16, dot_f16_f32, |k| k.f16_dot),
+            (GgmlType::BF16, dot_bf16_f32, |k| k.bf16_dot),
+        ];
+        for (ty, reference, pick) in cases {
+            for n in [1usize, 7, 16, 31, 100, 257] {
+                let (wf, x) = (row(&mut rng, n), row(&mut rng, n));
+                let mut w = vec![0u8; 2 * n];
+                quantize_row(ty, &wf, &mut w).unwrap();
+                let want = reference(&w, &x);
+                // The reference agrees with the dequantized row.
+                let mut wd = vec![0f32; n];
+                crate::quant::dequantize_row(ty, &w, &mut wd).unwrap();
+                let exact: f32 = wd.iter().zip(&x).map(|(a, b)| a * b).sum();
+                let scale: f32 = wf.iter().zip(&x).map(|(a, b)| (a * b).abs()).sum();
+                assert!((want - exact).abs() <= 1e-5 * scale + 1e-6, "{ty} n={n}");
+                for k in tiers() {
+                    let got = pick(&k)(&w, &x);
+                    assert!(
+                        (got - want).abs() <= 1e-5 * scale + 1e-6,
+                        "{ty} {:?} n={n}: {got} vs {want}",
+                        k.isa
+                    );
+                }
             }
         }
     }

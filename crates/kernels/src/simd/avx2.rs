@@ -34,6 +34,37 @@ pub fn dot_f16_f32(w: &[u8], x: &[f32]) -> f32 {
     unsafe { dot_f16_f32_impl(&w[..n * 2], &x[..n]) }
 }
 
+/// bf16 weights · f32 activations (a bf16 widens by a 16-bit shift).
+pub fn dot_bf16_f32(w: &[u8], x: &[f32]) -> f32 {
+    let n = (w.len() / 2).min(x.len());
+    // SAFETY: features detected by the kernel table; `n` elements of each.
+    unsafe { dot_bf16_f32_impl(&w[..n * 2], &x[..n]) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_bf16_f32_impl(w: &[u8], x: &[f32]) -> f32 {
+    let n = x.len();
+    let widen = |h: __m128i| _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)));
+    let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    let mut i = 0;
+    while i + 16 <= n {
+        // SAFETY: i + 16 <= n elements remain in both slices.
+        unsafe {
+            let h0 = _mm_loadu_si128(w.as_ptr().add(2 * i) as *const __m128i);
+            let h1 = _mm_loadu_si128(w.as_ptr().add(2 * i + 16) as *const __m128i);
+            acc0 = _mm256_fmadd_ps(widen(h0), _mm256_loadu_ps(x.as_ptr().add(i)), acc0);
+            acc1 = _mm256_fmadd_ps(widen(h1), _mm256_loadu_ps(x.as_ptr().add(i + 8)), acc1);
+        }
+        i += 16;
+    }
+    let mut s = hsum(_mm256_add_ps(acc0, acc1));
+    while i < n {
+        s += f32::from_bits((u16::from_le_bytes([w[2 * i], w[2 * i + 1]]) as u32) << 16) * x[i];
+        i += 1;
+    }
+    s
+}
+
 /// Quantizes activations to Q8_0 blocks (`x.len()` a multiple of 32).
 pub fn quantize_q8_0(x: &[f32], out: &mut [u8]) {
     let n = (x.len() / QK).min(out.len() / 34);

@@ -168,18 +168,34 @@ unsafe fn dot_q_q8_0_impl<const WB: usize>(w: &[u8], x: &[u8]) -> f32 {
 pub fn dot_f16_f32(w: &[u8], x: &[f32]) -> f32 {
     let n = (w.len() / 2).min(x.len());
     // SAFETY: NEON is always present; `n` elements of each.
-    unsafe { dot_f16_f32_impl(&w[..2 * n], &x[..n]) }
+    unsafe { dot_half_impl::<false>(&w[..2 * n], &x[..n]) }
 }
 
+/// bf16 weights · f32 activations (a bf16 widens by a 16-bit shift).
+pub fn dot_bf16_f32(w: &[u8], x: &[f32]) -> f32 {
+    let n = (w.len() / 2).min(x.len());
+    // SAFETY: as above.
+    unsafe { dot_half_impl::<true>(&w[..2 * n], &x[..n]) }
+}
+
+/// f16 (or, with `BF16`, bf16) row · f32 row.
 #[target_feature(enable = "neon")]
-unsafe fn dot_f16_f32_impl(w: &[u8], x: &[f32]) -> f32 {
+unsafe fn dot_half_impl<const BF16: bool>(w: &[u8], x: &[f32]) -> f32 {
     let n = x.len();
     let (mut a0, mut a1) = (vdupq_n_f32(0.0), vdupq_n_f32(0.0));
     let mut i = 0;
     while i + 8 <= n {
         // SAFETY: i + 8 <= n elements remain in both slices.
         unsafe {
-            let [h0, h1] = load_f16x8(w.as_ptr().add(2 * i));
+            let [h0, h1] = if BF16 {
+                let h = vld1q_u16(w.as_ptr().add(2 * i) as *const u16);
+                [
+                    vreinterpretq_f32_u32(vshll_n_u16::<16>(vget_low_u16(h))),
+                    vreinterpretq_f32_u32(vshll_n_u16::<16>(vget_high_u16(h))),
+                ]
+            } else {
+                load_f16x8(w.as_ptr().add(2 * i))
+            };
             a0 = vfmaq_f32(a0, h0, vld1q_f32(x.as_ptr().add(i)));
             a1 = vfmaq_f32(a1, h1, vld1q_f32(x.as_ptr().add(i + 4)));
         }
@@ -187,7 +203,13 @@ unsafe fn dot_f16_f32_impl(w: &[u8], x: &[f32]) -> f32 {
     }
     let mut sum = vaddvq_f32(vaddq_f32(a0, a1));
     while i < n {
-        sum += read_f16(&w[2 * i..]) * x[i];
+        let bits = u16::from_le_bytes([w[2 * i], w[2 * i + 1]]);
+        let wi = if BF16 {
+            f32::from_bits((bits as u32) << 16)
+        } else {
+            read_f16(&w[2 * i..])
+        };
+        sum += wi * x[i];
         i += 1;
     }
     sum
@@ -199,7 +221,7 @@ pub fn dot_f32_f16(q: &[f32], k: &[half::f16]) -> f32 {
     // SAFETY: `half::f16` is `repr(transparent)` over u16, so the slice is
     // `n` little-endian halfs; NEON is always present.
     unsafe {
-        dot_f16_f32_impl(
+        dot_half_impl::<false>(
             std::slice::from_raw_parts(k.as_ptr() as *const u8, 2 * n),
             &q[..n],
         )
