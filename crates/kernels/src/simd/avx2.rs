@@ -406,27 +406,15 @@ unsafe fn dot_q6_k_q8_k_impl(w: &[u8], x: &[u8]) -> f32 {
 /// f32 query · f16 K row.
 pub fn dot_f32_f16(q: &[f32], k: &[half::f16]) -> f32 {
     let n = q.len().min(k.len());
-    // SAFETY: features detected by the kernel table; `half::f16` is
-    // `repr(transparent)` over u16, so its slice is `n` little-endian halfs.
-    unsafe {
-        dot_f16_f32_impl(
-            std::slice::from_raw_parts(k.as_ptr() as *const u8, 2 * n),
-            &q[..n],
-        )
-    }
+    // SAFETY: features detected by the kernel table; `n` elements of each.
+    unsafe { dot_f16_f32_impl(super::f16_bytes(&k[..n]), &q[..n]) }
 }
 
 /// `out += w * v` for an f16 V row.
 pub fn axpy_f16(out: &mut [f32], w: f32, v: &[half::f16]) {
     let n = out.len().min(v.len());
     // SAFETY: as in `dot_f32_f16`.
-    unsafe {
-        axpy_f16_impl(
-            &mut out[..n],
-            w,
-            std::slice::from_raw_parts(v.as_ptr() as *const u8, 2 * n),
-        )
-    }
+    unsafe { axpy_f16_impl(&mut out[..n], w, super::f16_bytes(&v[..n])) }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -607,37 +595,22 @@ tile!(
     pair_unsigned
 );
 
-/// SwiGLU gate `gate = silu(gate) * up` with a polynomial `exp`; a tail
-/// shorter than 8 goes through the same vector code (zero-padded), so an
-/// element's result never depends on where it sits in the slice.
+/// SwiGLU gate `gate = silu(gate) * up` with a polynomial `exp`, eight
+/// lanes at a time (the tail zero-padded).
 pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
-    let n = gate.len().min(up.len());
-    let (body, tail) = (n / 8 * 8, n % 8);
-    // SAFETY: features detected by the kernel table; 8-element chunks in bounds.
-    unsafe {
-        for i in (0..body).step_by(8) {
-            silu_mul8(gate.as_mut_ptr().add(i), up.as_ptr().add(i));
-        }
-    }
-    if tail > 0 {
-        let (mut g, mut u) = ([0f32; 8], [0f32; 8]);
-        g[..tail].copy_from_slice(&gate[body..n]);
-        u[..tail].copy_from_slice(&up[body..n]);
-        // SAFETY: as above, on the two 8-element buffers.
-        unsafe { silu_mul8(g.as_mut_ptr(), u.as_ptr()) };
-        gate[body..n].copy_from_slice(&g[..tail]);
-    }
+    // SAFETY: features detected by the kernel table.
+    super::chunks_padded::<8>(gate, up, |g, u| unsafe { silu_mul8(g, u) });
 }
 
-/// Eight lanes of `g * u / (1 + exp(-g))` at `g` (written back) and `u`.
+/// Eight lanes of `g * u / (1 + exp(-g))`, written back to `g`.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn silu_mul8(g: *mut f32, u: *const f32) {
-    // SAFETY: callers pass 8 readable floats at `u` and 8 writable at `g`.
-    let (gv, uv) = unsafe { (_mm256_loadu_ps(g), _mm256_loadu_ps(u)) };
+unsafe fn silu_mul8(g: &mut [f32; 8], u: &[f32; 8]) {
+    // SAFETY: both arrays hold 8 floats.
+    let (gv, uv) = unsafe { (_mm256_loadu_ps(g.as_ptr()), _mm256_loadu_ps(u.as_ptr())) };
     let e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), gv));
     let r = _mm256_div_ps(_mm256_mul_ps(gv, uv), _mm256_add_ps(_mm256_set1_ps(1.0), e));
     // SAFETY: as above.
-    unsafe { _mm256_storeu_ps(g, r) };
+    unsafe { _mm256_storeu_ps(g.as_mut_ptr(), r) };
 }
 
 /// `exp(x)` per lane (Cephes' range reduction and degree-5 polynomial,

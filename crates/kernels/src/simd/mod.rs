@@ -13,3 +13,38 @@ pub mod avx2_x8;
 pub mod neon;
 #[cfg(target_arch = "aarch64")]
 pub mod neon_k8;
+
+/// The little-endian bytes of an f16 slice (both SIMD architectures are
+/// little-endian), for kernels that widen halves from raw bytes.
+#[allow(unsafe_code)]
+pub(crate) fn f16_bytes(v: &[half::f16]) -> &[u8] {
+    // SAFETY: `half::f16` is `repr(transparent)` over u16, so the slice is
+    // `2 * len` initialized bytes; u8 needs no alignment.
+    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, 2 * v.len()) }
+}
+
+/// Runs `f` over the `W`-element chunks of `a` (written back) and `b`; a
+/// tail shorter than `W` goes through `f` zero-padded, so an element's
+/// result never depends on where it sits in the slice.
+pub(crate) fn chunks_padded<const W: usize>(
+    a: &mut [f32],
+    b: &[f32],
+    f: impl Fn(&mut [f32; W], &[f32; W]),
+) {
+    let n = a.len().min(b.len());
+    let (mut ac, mut bc) = (a[..n].chunks_exact_mut(W), b[..n].chunks_exact(W));
+    for (x, y) in (&mut ac).zip(&mut bc) {
+        f(
+            x.try_into().expect("exact chunk"),
+            y.try_into().expect("exact chunk"),
+        );
+    }
+    let (ta, tb) = (ac.into_remainder(), bc.remainder());
+    if !ta.is_empty() {
+        let (mut x, mut y) = ([0f32; W], [0f32; W]);
+        x[..ta.len()].copy_from_slice(ta);
+        y[..tb.len()].copy_from_slice(tb);
+        f(&mut x, &y);
+        ta.copy_from_slice(&x[..ta.len()]);
+    }
+}

@@ -218,27 +218,15 @@ unsafe fn dot_half_impl<const BF16: bool>(w: &[u8], x: &[f32]) -> f32 {
 /// f32 query · f16 K row.
 pub fn dot_f32_f16(q: &[f32], k: &[half::f16]) -> f32 {
     let n = q.len().min(k.len());
-    // SAFETY: `half::f16` is `repr(transparent)` over u16, so the slice is
-    // `n` little-endian halfs; NEON is always present.
-    unsafe {
-        dot_half_impl::<false>(
-            std::slice::from_raw_parts(k.as_ptr() as *const u8, 2 * n),
-            &q[..n],
-        )
-    }
+    // SAFETY: NEON is always present; `n` elements of each.
+    unsafe { dot_half_impl::<false>(super::f16_bytes(&k[..n]), &q[..n]) }
 }
 
 /// `out += w * v` for an f16 V row.
 pub fn axpy_f16(out: &mut [f32], w: f32, v: &[half::f16]) {
     let n = out.len().min(v.len());
     // SAFETY: as in `dot_f32_f16`.
-    unsafe {
-        axpy_f16_impl(
-            &mut out[..n],
-            w,
-            std::slice::from_raw_parts(v.as_ptr() as *const u8, 2 * n),
-        )
-    }
+    unsafe { axpy_f16_impl(&mut out[..n], w, super::f16_bytes(&v[..n])) }
 }
 
 #[target_feature(enable = "neon")]
@@ -262,34 +250,21 @@ unsafe fn axpy_f16_impl(out: &mut [f32], w: f32, v: &[u8]) {
 }
 
 /// SwiGLU gate `gate = silu(gate) * up` with the polynomial `exp` of the
-/// AVX2 tier; a tail shorter than 4 goes through the same vector code.
+/// AVX2 tier, four lanes at a time (the tail zero-padded).
 pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
-    let n = gate.len().min(up.len());
-    let (body, tail) = (n / 4 * 4, n % 4);
-    // SAFETY: NEON is always present; 4-element chunks in bounds.
-    unsafe {
-        for i in (0..body).step_by(4) {
-            silu_mul4(gate.as_mut_ptr().add(i), up.as_ptr().add(i));
-        }
-    }
-    if tail > 0 {
-        let (mut g, mut u) = ([0f32; 4], [0f32; 4]);
-        g[..tail].copy_from_slice(&gate[body..n]);
-        u[..tail].copy_from_slice(&up[body..n]);
-        // SAFETY: as above, on the two 4-element buffers.
-        unsafe { silu_mul4(g.as_mut_ptr(), u.as_ptr()) };
-        gate[body..n].copy_from_slice(&g[..tail]);
-    }
+    // SAFETY: NEON is part of every AArch64 CPU.
+    super::chunks_padded::<4>(gate, up, |g, u| unsafe { silu_mul4(g, u) });
 }
 
+/// Four lanes of `g * u / (1 + exp(-g))`, written back to `g`.
 #[target_feature(enable = "neon")]
-unsafe fn silu_mul4(g: *mut f32, u: *const f32) {
-    // SAFETY: callers pass 4 readable floats at `u` and 4 writable at `g`.
-    let (gv, uv) = unsafe { (vld1q_f32(g), vld1q_f32(u)) };
+unsafe fn silu_mul4(g: &mut [f32; 4], u: &[f32; 4]) {
+    // SAFETY: both arrays hold 4 floats.
+    let (gv, uv) = unsafe { (vld1q_f32(g.as_ptr()), vld1q_f32(u.as_ptr())) };
     let e = exp4(vnegq_f32(gv));
     let r = vdivq_f32(vmulq_f32(gv, uv), vaddq_f32(vdupq_n_f32(1.0), e));
     // SAFETY: as above.
-    unsafe { vst1q_f32(g, r) };
+    unsafe { vst1q_f32(g.as_mut_ptr(), r) };
 }
 
 /// `exp(x)` per lane: the AVX2 tier's `exp8` (Cephes' range reduction and
@@ -437,17 +412,24 @@ macro_rules! x8 {
                     }
                 }
             }
-            let mut out = [[0f32; 8]; $rn];
-            for j in 0..$rn {
-                // SAFETY: `out[j]` holds 8 floats.
-                unsafe {
-                    vst1q_f32(out[j].as_mut_ptr(), acc[j][0]);
-                    vst1q_f32(out[j].as_mut_ptr().add(4), acc[j][1]);
-                }
-            }
-            out
+            store_rows(acc)
         }
     };
+}
+
+/// The eight-row accumulators (rows 0..4 and 4..8) of each activation row as arrays.
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) fn store_rows<const N: usize>(acc: [[float32x4_t; 2]; N]) -> [[f32; 8]; N] {
+    let mut out = [[0f32; 8]; N];
+    for (o, a) in out.iter_mut().zip(acc) {
+        // SAFETY: `o` holds 8 floats.
+        unsafe {
+            vst1q_f32(o.as_mut_ptr(), a[0]);
+            vst1q_f32(o.as_mut_ptr().add(4), a[1]);
+        }
+    }
+    out
 }
 
 x8!(gemv_q4_0x8, gemv_q4_0x8_impl, 1, Q4_UNIT, prep_q4, sums_q45);

@@ -9,7 +9,7 @@
 
 #![allow(unsafe_code)]
 
-use super::neon::{bcast4, load_f16x8, sdot};
+use super::neon::{bcast4, load_f16x8, sdot, store_rows};
 use crate::cpu::X8_N;
 use crate::quant::dot::Q8_K_BYTES as Q8K;
 use crate::quant::repack::Q4K_UNIT;
@@ -164,15 +164,7 @@ macro_rules! k8 {
                     };
                 }
             }
-            let mut out = [[0f32; 8]; $rn];
-            for j in 0..$rn {
-                // SAFETY: `out[j]` holds 8 floats.
-                unsafe {
-                    vst1q_f32(out[j].as_mut_ptr(), acc[j][0]);
-                    vst1q_f32(out[j].as_mut_ptr().add(4), acc[j][1]);
-                }
-            }
-            out
+            store_rows(acc)
         }
     };
 }
