@@ -151,7 +151,7 @@ pub type X8Gemv = fn(group: &[u8], x: [Q8Row<'_>; 1]) -> [[f32; 8]; 1];
 /// The same against [`X8_N`] activation rows.
 pub type X8Gemm = fn(group: &[u8], x: [Q8Row<'_>; X8_N]) -> [[f32; 8]; X8_N];
 
-/// One eight-row Q4_K or Q6_K group against one Q8_K activation row.
+/// One eight-row Q4_K, Q5_K or Q6_K group against one Q8_K activation row.
 pub type K8Gemv = fn(group: &[u8], x: [&[u8]; 1]) -> [[f32; 8]; 1];
 /// The same against [`X8_N`] Q8_K activation rows.
 pub type K8Gemm = fn(group: &[u8], x: [&[u8]; X8_N]) -> [[f32; 8]; X8_N];
@@ -175,6 +175,12 @@ x8_ref!(
     q4_kx8_gemm_ref,
     &[u8],
     crate::quant::repack::dot_q4_kx8
+);
+x8_ref!(
+    q5_kx8_gemv_ref,
+    q5_kx8_gemm_ref,
+    &[u8],
+    crate::quant::repack_q5k::dot_q5_kx8
 );
 x8_ref!(
     q6_kx8_gemv_ref,
@@ -244,6 +250,7 @@ pub struct Kernels {
     pub q4_0: QuantPath,
     pub q5_0: QuantPath,
     pub q4_k: QuantPath,
+    pub q5_k: QuantPath,
     pub q6_k: QuantPath,
     /// Q4_0 and Q8_0 repacked in eight-row groups.
     pub q4_0x8: (X8Gemv, X8Gemm),
@@ -251,6 +258,7 @@ pub struct Kernels {
     pub q5_0x8: (X8Gemv, X8Gemm),
     /// Q4_K repacked in eight-row groups (Q8_K activations).
     pub q4_kx8: (K8Gemv, K8Gemm),
+    pub q5_kx8: (K8Gemv, K8Gemm),
     pub q6_kx8: (K8Gemv, K8Gemm),
     pub f16_dot: F16Dot,
     /// The same for bf16 weights.
@@ -290,6 +298,7 @@ impl Kernels {
             GgmlType::Q4_0 => Some(self.q4_0),
             GgmlType::Q5_0 => Some(self.q5_0),
             GgmlType::Q4K => Some(self.q4_k),
+            GgmlType::Q5K => Some(self.q5_k),
             GgmlType::Q6K => Some(self.q6_k),
             _ => None,
         }
@@ -318,11 +327,13 @@ impl Kernels {
             q4_0: q80(r::quantize_q8_0_act, r::dot_q4_0_q8_0),
             q5_0: q80(r::quantize_q8_0_act, r::dot_q5_0_q8_0),
             q4_k: q8k(r::quantize_q8_k_act, r::dot_q4_k_q8_k),
+            q5_k: q8k(r::quantize_q8_k_act, r::dot_q5_k_q8_k),
             q6_k: q8k(r::quantize_q8_k_act, r::dot_q6_k_q8_k),
             q4_0x8: (q4_0x8_gemv_ref, q4_0x8_gemm_ref),
             q8_0x8: (q8_0x8_gemv_ref, q8_0x8_gemm_ref),
             q5_0x8: (q5_0x8_gemv_ref, q5_0x8_gemm_ref),
             q4_kx8: (q4_kx8_gemv_ref, q4_kx8_gemm_ref),
+            q5_kx8: (q5_kx8_gemv_ref, q5_kx8_gemm_ref),
             q6_kx8: (q6_kx8_gemv_ref, q6_kx8_gemm_ref),
             f16_dot: r::dot_f16_f32,
             bf16_dot: r::dot_bf16_f32,
@@ -350,6 +361,8 @@ impl Kernels {
                 },
                 // Q8_K quantization is a small share of the work; it stays scalar.
                 q4_k: q8k(r::quantize_q8_k_act, avx2::dot_q4_k_q8_k),
+                // Unrepacked Q5_K rows (row counts not a multiple of 8) are rare.
+                q5_k: q8k(r::quantize_q8_k_act, r::dot_q5_k_q8_k),
                 q6_k: q8k(r::quantize_q8_k_act, avx2::dot_q6_k_q8_k),
                 q4_0x8: (
                     crate::simd::avx2_x8::gemv_q4_0x8,
@@ -366,6 +379,10 @@ impl Kernels {
                 q4_kx8: (
                     crate::simd::avx2_x8::gemv_q4_kx8,
                     crate::simd::avx2_x8::gemm_q4_kx8,
+                ),
+                q5_kx8: (
+                    crate::simd::avx2_x8::gemv_q5_kx8,
+                    crate::simd::avx2_x8::gemm_q5_kx8,
                 ),
                 q6_kx8: (
                     crate::simd::avx2_x8::gemv_q6_kx8,
@@ -391,6 +408,7 @@ impl Kernels {
                 q8_0x8: (neon::gemv_q8_0x8, neon::gemm_q8_0x8),
                 q5_0x8: (neon::gemv_q5_0x8, neon::gemm_q5_0x8),
                 q4_kx8: (neon_k8::gemv_q4_kx8, neon_k8::gemm_q4_kx8),
+                q5_kx8: (neon_k8::gemv_q5_kx8, neon_k8::gemm_q5_kx8),
                 q6_kx8: (neon_k8::gemv_q6_kx8, neon_k8::gemm_q6_kx8),
                 f16_dot: neon::dot_f16_f32,
                 bf16_dot: neon::dot_bf16_f32,

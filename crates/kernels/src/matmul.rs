@@ -6,6 +6,7 @@
 
 use crate::cpu::{kernels, q8_row_terms, Q8Row, Tile1, TileN, TILE_N, X8_N};
 use crate::quant::repack::{packed_bytes, x8_unit, Q4K_UNIT};
+use crate::quant::repack_q5k::Q5K_UNIT;
 use crate::quant::repack_q6k::Q6K_UNIT;
 use crate::quant::{dequantize_row, GgmlType};
 use crate::threads::{par_chunks, par_column_blocks, ColumnBlock, Threads};
@@ -45,7 +46,7 @@ impl<'a> WeightMatrix<'a> {
         })
     }
 
-    /// Attaches the eight-row interleaved copy of Q4_0, Q5_0, Q8_0, Q4_K or Q6_K weights
+    /// Attaches the eight-row interleaved copy of Q4_0, Q5_0, Q8_0, Q4_K, Q5_K or Q6_K weights
     /// made by [`crate::quant::repack::repack_x8`].
     pub fn with_packed(mut self, packed: &'a [u8]) -> Result<Self> {
         let want = packed_bytes(self.ty, self.rows, self.cols);
@@ -53,7 +54,7 @@ impl<'a> WeightMatrix<'a> {
             return Err(Error::Shape {
                 op: "matmul",
                 detail: format!(
-                    "a packed copy needs Q4_0/Q8_0/Q4_K rows in multiples of 8 and {:?} bytes, got {} rows of {} and {} bytes",
+                    "a packed copy needs Q4_0/Q5_0/Q8_0/Q4_K/Q5_K/Q6_K rows in multiples of 8 and {:?} bytes, got {} rows of {} and {} bytes",
                     want,
                     self.rows,
                     self.ty.name(),
@@ -123,6 +124,7 @@ pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads
         });
         let k8 = match w.ty {
             GgmlType::Q4K => Some((k.q4_kx8, Q4K_UNIT)),
+            GgmlType::Q5K => Some((k.q5_kx8, Q5K_UNIT)),
             GgmlType::Q6K => Some((k.q6_kx8, Q6K_UNIT)),
             _ => None,
         };
@@ -408,6 +410,7 @@ mod tests {
             (GgmlType::Q4K, 16, 512),
             (GgmlType::Q5_0, 16, 96),
             (GgmlType::Q6K, 8, 256),
+            (GgmlType::Q5K, 16, 768),
         ] {
             let rb = ty.row_bytes(cols).unwrap();
             let mut wq = vec![0u8; rb * rows];

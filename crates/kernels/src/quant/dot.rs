@@ -153,6 +153,37 @@ pub fn dot_q4_k_q8_k(w: &[u8], x: &[u8]) -> f32 {
     sum
 }
 
+/// Q5_K weights · Q8_K activations: Q4_K's sums with the fifth bit (from
+/// `qh`) above each nibble.
+pub fn dot_q5_k_q8_k(w: &[u8], x: &[u8]) -> f32 {
+    let mut sum = 0.0f32;
+    for (bw, bx) in w.chunks_exact(176).zip(x.chunks_exact(Q8_K_BYTES)) {
+        let (dx, q8, bsums) = q8k_parts(bx);
+        let d = read_f16(&bw[0..2]) * dx;
+        let dmin = read_f16(&bw[2..4]) * dx;
+        let (scales, qh, qs) = (&bw[4..16], &bw[16..48], &bw[48..176]);
+        let (mut total, mut mins) = (0i32, 0i32);
+        for j in 0..8 {
+            let (sc, m) = scale_min_k4(j, scales);
+            let chunk = &qs[32 * (j / 2)..32 * (j / 2) + 32];
+            let mut s = 0i32;
+            for l in 0..32 {
+                let nibble = if j % 2 == 0 {
+                    chunk[l] & 0x0f
+                } else {
+                    chunk[l] >> 4
+                };
+                let q = nibble | (((qh[l] >> j) & 1) << 4);
+                s += q as i32 * (q8[32 * j + l] as i8 as i32);
+            }
+            total += sc as i32 * s;
+            mins += m as i32 * (bsums[2 * j] + bsums[2 * j + 1]);
+        }
+        sum += d * total as f32 - dmin * mins as f32;
+    }
+    sum
+}
+
 /// Q6_K weights · Q8_K activations: per 16-element group `d*sc*sum(q6*q8)`.
 pub fn dot_q6_k_q8_k(w: &[u8], x: &[u8]) -> f32 {
     let mut sum = 0.0f32;
@@ -333,7 +364,7 @@ mod tests {
     #[test]
     fn k_quant_dots_match_the_reference_and_f32_on_every_tier() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(6);
-        for ty in [GgmlType::Q4K, GgmlType::Q6K] {
+        for ty in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
             for blocks in [1, 2, 5] {
                 let n = QK_K * blocks;
                 let (wf, x) = (row(&mut rng, n), row(&mut rng, n));

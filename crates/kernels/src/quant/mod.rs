@@ -9,6 +9,7 @@ pub mod dot;
 pub(crate) mod kquants;
 pub(crate) mod legacy;
 pub mod repack;
+pub mod repack_q5k;
 pub mod repack_q6k;
 
 use crate::{Error, Result};

@@ -46,6 +46,9 @@ pub fn repack_x8(ty: GgmlType, data: &[u8], rows: usize, cols: usize) -> Option<
     if ty == GgmlType::Q6K {
         return super::repack_q6k::repack_q6_kx8(data, rows, cols);
     }
+    if ty == GgmlType::Q5K {
+        return super::repack_q5k::repack_q5_kx8(data, rows, cols);
+    }
     if ty == GgmlType::Q5_0 {
         return repack_q5_0x8(data, rows, cols);
     }
@@ -150,6 +153,9 @@ pub fn packed_bytes(ty: GgmlType, rows: usize, cols: usize) -> Option<usize> {
     }
     if ty == GgmlType::Q6K {
         return Some(rows / 8 * cols / 256 * super::repack_q6k::Q6K_UNIT);
+    }
+    if ty == GgmlType::Q5K {
+        return Some(rows / 8 * cols / 256 * super::repack_q5k::Q5K_UNIT);
     }
     Some(rows / 8 * cols / 32 * x8_unit(ty)?)
 }
@@ -399,7 +405,7 @@ mod tests {
         }
         assert!(repack_q4_0x8(&[0; 18 * 7], 7, 32).is_none());
         assert!(repack_q4_0x8(&[0; 18 * 8], 8, 33).is_none());
-        assert!(repack_x8(GgmlType::Q5K, &[0; 176 * 8], 8, 256).is_none());
+        assert!(repack_x8(GgmlType::Q4_1, &[0; 20 * 8], 8, 32).is_none());
     }
 
     /// The x8 form of a K-quant type against its row dot, and every tier's
@@ -435,6 +441,18 @@ mod tests {
             let x: [&[u8]; X8_N] = std::array::from_fn(|j| {
                 &xq[Q8_K_BYTES * blocks * j..Q8_K_BYTES * blocks * (j + 1)]
             });
+            // Float sums of a row against an activation row may cancel (the
+            // minimum terms against the scaled values), so rounding is bounded
+            // by the sum of |w x| over the dequantized rows, not by the result.
+            let magnitude = |row: &[u8], xr: &[u8]| -> f32 {
+                let mut wd = vec![0f32; cols];
+                crate::quant::dequantize_row(ty, row, &mut wd).unwrap();
+                let xd = xr.chunks_exact(Q8_K_BYTES).flat_map(|b| {
+                    let (d, q, _) = crate::quant::dot::q8k_parts(b);
+                    q.iter().map(move |&v| d * v as i8 as f32)
+                });
+                wd.iter().zip(xd).map(|(w, x)| (w * x).abs()).sum()
+            };
             for (g, group) in packed.chunks_exact(blocks * unit).enumerate() {
                 for j in 0..X8_N {
                     let got = x8_dot(group, x[j]);
@@ -447,13 +465,20 @@ mod tests {
                             got[r]
                         );
                     }
+                    let mags: [f32; 8] =
+                        std::array::from_fn(|r| magnitude(&w[(8 * g + r) * rb..][..rb], x[j]));
                     for isa in crate::cpu::tiers() {
                         let (gemv, gemm) = tier(&Kernels::for_isa(isa));
                         let [one] = gemv(group, [x[j]]);
                         let many = gemm(group, x);
                         for r in 0..8 {
-                            let tol = 1e-4 * got[r].abs().max(1.0);
-                            assert!((one[r] - got[r]).abs() <= tol, "{ty} {isa:?} {rows}x{cols}");
+                            let tol = 1e-6 * mags[r] + 1e-4 * got[r].abs().max(1.0);
+                            assert!(
+                                (one[r] - got[r]).abs() <= tol,
+                                "{ty} {isa:?} {rows}x{cols} g{g} j{j} r{r}: {} vs {}",
+                                one[r],
+                                got[r]
+                            );
                             assert!(
                                 (many[j][r] - got[r]).abs() <= tol,
                                 "{ty} {isa:?} {rows}x{cols}"
@@ -480,6 +505,20 @@ mod tests {
             dot_q4_k_q8_k,
             |k| k.q4_kx8,
             13,
+        );
+    }
+
+    #[test]
+    fn q5_k_groups_match_the_row_dots_on_every_tier() {
+        use crate::quant::dot::dot_q5_k_q8_k;
+        use crate::quant::repack_q5k::{dot_q5_kx8, Q5K_UNIT};
+        check_k_quant_x8(
+            GgmlType::Q5K,
+            Q5K_UNIT,
+            dot_q5_kx8,
+            dot_q5_k_q8_k,
+            |k| k.q5_kx8,
+            15,
         );
     }
 

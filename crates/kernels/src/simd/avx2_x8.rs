@@ -314,8 +314,16 @@ fn sums_q4k(
             ),
         );
     }
+    (isum, min_sums(mins, bx))
+}
+
+/// Q4_K and Q5_K: the eight rows' `sum_j m_j * sum(x over sub-block j)`
+/// from the Q8_K block sums at `bx`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn min_sums(mins: &[__m256i; 4], bx: *const u8) -> __m256i {
     let bs = |i: usize| -> i32 {
-        // SAFETY: block sum `i < 16` lies at 260 + 2i.
+        // SAFETY: block sum `i < 16` of the Q8_K block lies at 260 + 2i.
         unsafe { (bx.add(260 + 2 * i) as *const i16).read_unaligned() as i32 }
     };
     let mut msum = _mm256_setzero_si256();
@@ -325,7 +333,7 @@ fn sums_q4k(
         let pair = (lo as u16 as u32 | ((hi as u16 as u32) << 16)) as i32;
         msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mins[p], _mm256_set1_epi32(pair)));
     }
-    (isum, msum)
+    msum
 }
 
 /// Generates the kernels of a K-quant x8 layout: `$prep(unit)` decodes a
@@ -391,6 +399,103 @@ k8!(
     Q4K_UNIT,
     prep_q4k,
     step_q4k
+);
+
+const Q5K_UNIT: usize = crate::quant::repack_q5k::Q5K_UNIT;
+
+/// Q5_K: the Q4_K scales, and the 5-bit values of the whole block widened to
+/// bytes once for all activation rows (`v[8c + k]`: elements `64c + 4k..`
+/// and `64c + 32 + 4k..` of the 8 rows).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn prep_q5k(u: *const u8) -> Q5kPrep {
+    let (m4, m1) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(1));
+    let mut v = [[_mm256_setzero_si256(); 2]; 32];
+    for c in 0..4 {
+        for h in 0..2 {
+            // SAFETY: the fifth bits follow the Q4_K part of the unit (64 bytes per chunk).
+            let bits =
+                unsafe { _mm256_loadu_si256(u.add(Q4K_UNIT + 64 * c + 32 * h) as *const __m256i) };
+            for kk in 0..4 {
+                let k = 4 * h + kk;
+                // SAFETY: 1024 nibble bytes from byte 160 of the unit.
+                let q =
+                    unsafe { _mm256_loadu_si256(u.add(160 + 256 * c + 32 * k) as *const __m256i) };
+                let bit = |s: usize| {
+                    let b = _mm256_srl_epi16(bits, _mm_cvtsi32_si128(s as i32));
+                    _mm256_slli_epi16::<4>(_mm256_and_si256(b, m1))
+                };
+                v[8 * c + k] = [
+                    _mm256_or_si256(_mm256_and_si256(q, m4), bit(2 * kk)),
+                    _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4),
+                        bit(2 * kk + 1),
+                    ),
+                ];
+            }
+        }
+    }
+    Q5kPrep { q4: prep_q4k(u), v }
+}
+
+/// What [`prep_q5k`] decodes from a Q5_K unit.
+struct Q5kPrep {
+    q4: Q4kPrep,
+    v: [[__m256i; 2]; 32],
+}
+
+/// Q5_K: as [`step_q4k`], over the widened values. 5-bit by 8-bit products
+/// allow four `maddubs` per 16-bit sum, so each half of a chunk widens apart.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn step_q5k(p: &Q5kPrep, _u: *const u8, bx: *const u8, dx: __m256, acc: __m256) -> __m256 {
+    // SAFETY: a Q8_K block is d (4 bytes), 256 quants, 16 i16 block sums.
+    let q8 = unsafe { bx.add(4) };
+    let mut isum = _mm256_setzero_si256();
+    for c in 0..4 {
+        for h in 0..2 {
+            let (mut lo16, mut hi16) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+            for kk in 0..4 {
+                let k = 4 * h + kk;
+                // SAFETY: 256 activation quants.
+                let (xl, xh) = unsafe {
+                    (
+                        bcast4(q8.add(64 * c + 4 * k)),
+                        bcast4(q8.add(64 * c + 32 + 4 * k)),
+                    )
+                };
+                lo16 = _mm256_add_epi16(lo16, _mm256_maddubs_epi16(p.v[8 * c + k][0], xl));
+                hi16 = _mm256_add_epi16(hi16, _mm256_maddubs_epi16(p.v[8 * c + k][1], xh));
+            }
+            isum = _mm256_add_epi32(
+                isum,
+                _mm256_add_epi32(
+                    _mm256_madd_epi16(lo16, p.q4.sc[2 * c]),
+                    _mm256_madd_epi16(hi16, p.q4.sc[2 * c + 1]),
+                ),
+            );
+        }
+    }
+    let msum = min_sums(&p.q4.mins, bx);
+    let acc = _mm256_fmadd_ps(_mm256_mul_ps(p.q4.d, dx), _mm256_cvtepi32_ps(isum), acc);
+    _mm256_fnmadd_ps(_mm256_mul_ps(p.q4.dmin, dx), _mm256_cvtepi32_ps(msum), acc)
+}
+
+k8!(
+    gemv_q5_kx8,
+    gemv_q5_kx8_impl,
+    1,
+    Q5K_UNIT,
+    prep_q5k,
+    step_q5k
+);
+k8!(
+    gemm_q5_kx8,
+    gemm_q5_kx8_impl,
+    X8_N,
+    Q5K_UNIT,
+    prep_q5k,
+    step_q5k
 );
 
 const Q6K_UNIT: usize = crate::quant::repack_q6k::Q6K_UNIT;

@@ -1,5 +1,5 @@
-//! NEON + dot-product kernels over the eight-row Q4_K and Q6_K layouts of
-//! [`crate::quant::repack`] and [`crate::quant::repack_q6k`] against Q8_K
+//! NEON + dot-product kernels over the eight-row Q4_K, Q5_K and Q6_K layouts of
+//! [`crate::quant::repack`], [`crate::quant::repack_q5k`] and [`crate::quant::repack_q6k`] against Q8_K
 //! activations: the integer sums of the AVX2 tier's `avx2_x8` k-quant
 //! kernels, with `SDOT` producing four rows' sums per instruction and the
 //! per-sub-block scales applied with 32-bit multiply-adds.
@@ -13,6 +13,7 @@ use super::neon::{bcast4, load_f16x8, sdot, store_rows};
 use crate::cpu::X8_N;
 use crate::quant::dot::Q8_K_BYTES as Q8K;
 use crate::quant::repack::Q4K_UNIT;
+use crate::quant::repack_q5k::Q5K_UNIT;
 use crate::quant::repack_q6k::Q6K_UNIT;
 use std::arch::aarch64::*;
 
@@ -49,7 +50,27 @@ unsafe fn bsum(bx: *const u8, i: usize) -> i32 {
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
 unsafe fn step_q4k(u: *const u8, bx: *const u8, acc: [float32x4_t; 2]) -> [float32x4_t; 2] {
-    let m4 = vdupq_n_u8(0x0f);
+    // SAFETY: the caller's contract.
+    unsafe { step_q45k::<false>(u, bx, acc) }
+}
+
+/// Q5_K: as Q4_K with the fifth bits of [`crate::quant::repack_q5k`] above the nibbles.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn step_q5k(u: *const u8, bx: *const u8, acc: [float32x4_t; 2]) -> [float32x4_t; 2] {
+    // SAFETY: the caller's contract.
+    unsafe { step_q45k::<true>(u, bx, acc) }
+}
+
+/// Q4_K, or with `FIVE` Q5_K (whose unit is Q4_K's plus the fifth bits).
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn step_q45k<const FIVE: bool>(
+    u: *const u8,
+    bx: *const u8,
+    acc: [float32x4_t; 2],
+) -> [float32x4_t; 2] {
+    let (m4, m1) = (vdupq_n_u8(0x0f), vdupq_n_u8(1));
     // SAFETY: a Q8_K block is d (4 bytes), 256 quants, 16 i16 block sums.
     let (dx, q8) = unsafe { ((bx as *const f32).read_unaligned(), bx.add(4)) };
     let (mut isum, mut msum) = ([vdupq_n_s32(0); 2], [vdupq_n_s32(0); 2]);
@@ -66,8 +87,18 @@ unsafe fn step_q4k(u: *const u8, bx: *const u8, acc: [float32x4_t; 2]) -> [float
             for h in 0..2 {
                 // SAFETY: as above.
                 let v = unsafe { vld1q_u8(u.add(160 + 256 * c + 32 * k + 16 * h)) };
-                lo[h] = sdot(lo[h], vreinterpretq_s8_u8(vandq_u8(v, m4)), xl);
-                hi[h] = sdot(hi[h], vreinterpretq_s8_u8(vshrq_n_u8::<4>(v)), xh);
+                let (mut l, mut hv) = (vandq_u8(v, m4), vshrq_n_u8::<4>(v));
+                if FIVE {
+                    // SAFETY: Q5_K units hold 64 bytes of fifth bits per chunk after Q4_K's part.
+                    let bits =
+                        unsafe { vld1q_u8(u.add(Q4K_UNIT + 64 * c + 32 * (k / 4) + 16 * h)) };
+                    let s = 2 * (k % 4) as i8;
+                    let bit = |s: i8| vshlq_n_u8::<4>(vandq_u8(vshlq_u8(bits, vdupq_n_s8(-s)), m1));
+                    l = vorrq_u8(l, bit(s));
+                    hv = vorrq_u8(hv, bit(s + 1));
+                }
+                lo[h] = sdot(lo[h], vreinterpretq_s8_u8(l), xl);
+                hi[h] = sdot(hi[h], vreinterpretq_s8_u8(hv), xh);
             }
         }
         // SAFETY: sub-block scales at 32 + 8j, minimums at 96 + 8j (j < 8).
@@ -171,5 +202,7 @@ macro_rules! k8 {
 
 k8!(gemv_q4_kx8, gemv_q4_kx8_impl, 1, Q4K_UNIT, step_q4k);
 k8!(gemm_q4_kx8, gemm_q4_kx8_impl, X8_N, Q4K_UNIT, step_q4k);
+k8!(gemv_q5_kx8, gemv_q5_kx8_impl, 1, Q5K_UNIT, step_q5k);
+k8!(gemm_q5_kx8, gemm_q5_kx8_impl, X8_N, Q5K_UNIT, step_q5k);
 k8!(gemv_q6_kx8, gemv_q6_kx8_impl, 1, Q6K_UNIT, step_q6k);
 k8!(gemm_q6_kx8, gemm_q6_kx8_impl, X8_N, Q6K_UNIT, step_q6k);
