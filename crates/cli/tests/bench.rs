@@ -97,7 +97,15 @@ fn bench_measures_the_real_server_and_writes_its_files() {
             (s["requests"].as_u64(), s["ok"].as_u64()),
             (Some(6), Some(6))
         );
-        assert_eq!(s["itl"]["count"], 48);
+        // The summary pools the measured records' ITL samples (8 each unless
+        // a first chunk carried two tokens, as above; seen in CI: 47).
+        let pooled: usize = records
+            .iter()
+            .filter(|r| r["warmup"] == false)
+            .map(|r| r["itl_ms"].as_array().unwrap().len())
+            .sum();
+        assert_eq!(s["itl"]["count"].as_u64(), Some(pooled as u64), "{s}");
+        assert!((36..=48).contains(&pooled), "{s}");
         // Generous objectives: every request meets them.
         let good = s["goodput_per_s"].as_f64().unwrap();
         assert!(

@@ -403,35 +403,47 @@ k8!(
 
 const Q5K_UNIT: usize = crate::quant::repack_q5k::Q5K_UNIT;
 
-/// Q5_K: the Q4_K scales, and the 5-bit values of the whole block widened to
-/// bytes once for all activation rows (`v[8c + k]`: elements `64c + 4k..`
-/// and `64c + 32 + 4k..` of the 8 rows).
+/// Q5_K: the 5-bit values of elements `64c + 4k..` and `64c + 32 + 4k..`
+/// of the 8 rows (`k = 4h + kk`), given the fifth bits `bits` of `(c, h)`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn values_q5k(u: *const u8, bits: __m256i, c: usize, h: usize, kk: usize) -> [__m256i; 2] {
+    let (m4, m1) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(1));
+    // SAFETY: 1024 nibble bytes from byte 160 of the unit.
+    let q =
+        unsafe { _mm256_loadu_si256(u.add(160 + 256 * c + 32 * (4 * h + kk)) as *const __m256i) };
+    let bit = |s: usize| {
+        let b = _mm256_srl_epi16(bits, _mm_cvtsi32_si128(s as i32));
+        _mm256_slli_epi16::<4>(_mm256_and_si256(b, m1))
+    };
+    [
+        _mm256_or_si256(_mm256_and_si256(q, m4), bit(2 * kk)),
+        _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4),
+            bit(2 * kk + 1),
+        ),
+    ]
+}
+
+/// The fifth bits of chunk `c`, half `h` of a Q5_K unit.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn bits_q5k(u: *const u8, c: usize, h: usize) -> __m256i {
+    // SAFETY: the fifth bits follow the Q4_K part of the unit (64 bytes per chunk).
+    unsafe { _mm256_loadu_si256(u.add(Q4K_UNIT + 64 * c + 32 * h) as *const __m256i) }
+}
+
+/// Q5_K for several activation rows: the Q4_K scales, and the 5-bit values
+/// of the whole block widened to bytes once (`v[8c + k]`).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn prep_q5k(u: *const u8) -> Q5kPrep {
-    let (m4, m1) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(1));
     let mut v = [[_mm256_setzero_si256(); 2]; 32];
     for c in 0..4 {
         for h in 0..2 {
-            // SAFETY: the fifth bits follow the Q4_K part of the unit (64 bytes per chunk).
-            let bits =
-                unsafe { _mm256_loadu_si256(u.add(Q4K_UNIT + 64 * c + 32 * h) as *const __m256i) };
+            let bits = bits_q5k(u, c, h);
             for kk in 0..4 {
-                let k = 4 * h + kk;
-                // SAFETY: 1024 nibble bytes from byte 160 of the unit.
-                let q =
-                    unsafe { _mm256_loadu_si256(u.add(160 + 256 * c + 32 * k) as *const __m256i) };
-                let bit = |s: usize| {
-                    let b = _mm256_srl_epi16(bits, _mm_cvtsi32_si128(s as i32));
-                    _mm256_slli_epi16::<4>(_mm256_and_si256(b, m1))
-                };
-                v[8 * c + k] = [
-                    _mm256_or_si256(_mm256_and_si256(q, m4), bit(2 * kk)),
-                    _mm256_or_si256(
-                        _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4),
-                        bit(2 * kk + 1),
-                    ),
-                ];
+                v[8 * c + 4 * h + kk] = values_q5k(u, bits, c, h, kk);
             }
         }
     }
@@ -444,11 +456,18 @@ struct Q5kPrep {
     v: [[__m256i; 2]; 32],
 }
 
-/// Q5_K: as [`step_q4k`], over the widened values. 5-bit by 8-bit products
-/// allow four `maddubs` per 16-bit sum, so each half of a chunk widens apart.
+/// Q5_K: as [`step_q4k`], with the values from `value(c, h, kk)`. 5-bit by
+/// 8-bit products allow four `maddubs` per 16-bit sum, so each half of a
+/// chunk widens apart.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn step_q5k(p: &Q5kPrep, _u: *const u8, bx: *const u8, dx: __m256, acc: __m256) -> __m256 {
+fn step_q5k_with(
+    p: &Q4kPrep,
+    bx: *const u8,
+    dx: __m256,
+    acc: __m256,
+    value: impl Fn(usize, usize, usize) -> [__m256i; 2],
+) -> __m256 {
     // SAFETY: a Q8_K block is d (4 bytes), 256 quants, 16 i16 block sums.
     let q8 = unsafe { bx.add(4) };
     let mut isum = _mm256_setzero_si256();
@@ -464,21 +483,39 @@ fn step_q5k(p: &Q5kPrep, _u: *const u8, bx: *const u8, dx: __m256, acc: __m256) 
                         bcast4(q8.add(64 * c + 32 + 4 * k)),
                     )
                 };
-                lo16 = _mm256_add_epi16(lo16, _mm256_maddubs_epi16(p.v[8 * c + k][0], xl));
-                hi16 = _mm256_add_epi16(hi16, _mm256_maddubs_epi16(p.v[8 * c + k][1], xh));
+                let [vl, vh] = value(c, h, kk);
+                lo16 = _mm256_add_epi16(lo16, _mm256_maddubs_epi16(vl, xl));
+                hi16 = _mm256_add_epi16(hi16, _mm256_maddubs_epi16(vh, xh));
             }
             isum = _mm256_add_epi32(
                 isum,
                 _mm256_add_epi32(
-                    _mm256_madd_epi16(lo16, p.q4.sc[2 * c]),
-                    _mm256_madd_epi16(hi16, p.q4.sc[2 * c + 1]),
+                    _mm256_madd_epi16(lo16, p.sc[2 * c]),
+                    _mm256_madd_epi16(hi16, p.sc[2 * c + 1]),
                 ),
             );
         }
     }
-    let msum = min_sums(&p.q4.mins, bx);
-    let acc = _mm256_fmadd_ps(_mm256_mul_ps(p.q4.d, dx), _mm256_cvtepi32_ps(isum), acc);
-    _mm256_fnmadd_ps(_mm256_mul_ps(p.q4.dmin, dx), _mm256_cvtepi32_ps(msum), acc)
+    let msum = min_sums(&p.mins, bx);
+    let acc = _mm256_fmadd_ps(_mm256_mul_ps(p.d, dx), _mm256_cvtepi32_ps(isum), acc);
+    _mm256_fnmadd_ps(_mm256_mul_ps(p.dmin, dx), _mm256_cvtepi32_ps(msum), acc)
+}
+
+/// Q5_K against several rows: the values widened once by [`prep_q5k`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn step_q5k(p: &Q5kPrep, _u: *const u8, bx: *const u8, dx: __m256, acc: __m256) -> __m256 {
+    step_q5k_with(&p.q4, bx, dx, acc, |c, h, kk| p.v[8 * c + 4 * h + kk])
+}
+
+/// Q5_K against one row: the values widened as they are used (a block's
+/// 2 KiB of widened values would cost more stores than it saves).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn step_q5k_one(p: &Q4kPrep, u: *const u8, bx: *const u8, dx: __m256, acc: __m256) -> __m256 {
+    step_q5k_with(p, bx, dx, acc, |c, h, kk| {
+        values_q5k(u, bits_q5k(u, c, h), c, h, kk)
+    })
 }
 
 k8!(
@@ -486,8 +523,8 @@ k8!(
     gemv_q5_kx8_impl,
     1,
     Q5K_UNIT,
-    prep_q5k,
-    step_q5k
+    prep_q4k,
+    step_q5k_one
 );
 k8!(
     gemm_q5_kx8,
