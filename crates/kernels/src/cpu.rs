@@ -1,10 +1,11 @@
 //! Instruction-set detection and the kernel table.
 //!
 //! The best tier the CPU supports is detected once, at first use; the
-//! environment variable `HASTEN_ISA=scalar|neon|avx2|avx512` can force a
+//! environment variable `HASTEN_ISA=scalar|neon|neondot|avx2|avx512` can force a
 //! lower tier (never a higher one), so tests can cover every tier on one
 //! machine. x86-64 has the scalar, AVX2 and AVX-512 tiers, AArch64 the
-//! scalar and NEON ones; [`tiers`] lists those this CPU can run.
+//! scalar, NEON and NEON-with-`SDOT` ones; [`tiers`] lists those this CPU
+//! can run.
 //! Callers fetch function pointers from [`kernels`] instead of branching
 //! on the tier per call.
 
@@ -18,8 +19,10 @@ use std::sync::OnceLock;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Isa {
     Scalar,
-    /// AArch64 Advanced SIMD with the dot-product extension (`SDOT`).
+    /// AArch64 Advanced SIMD (every AArch64 CPU); byte products by widening multiplies.
     Neon,
+    /// AArch64 Advanced SIMD with the dot-product extension (`SDOT`).
+    NeonDot,
     /// AVX2 + FMA + F16C.
     Avx2,
     /// AVX-512 F/BW/VL with VNNI (detected; kernels fall back to AVX2 for now).
@@ -31,6 +34,7 @@ impl Isa {
         match self {
             Isa::Scalar => "scalar",
             Isa::Neon => "neon",
+            Isa::NeonDot => "neondot",
             Isa::Avx2 => "avx2",
             Isa::Avx512 => "avx512",
         }
@@ -40,6 +44,7 @@ impl Isa {
         match s.trim().to_ascii_lowercase().as_str() {
             "scalar" => Some(Isa::Scalar),
             "neon" => Some(Isa::Neon),
+            "neondot" => Some(Isa::NeonDot),
             "avx2" => Some(Isa::Avx2),
             "avx512" => Some(Isa::Avx512),
             _ => None,
@@ -67,9 +72,14 @@ pub fn supported() -> Isa {
         }
     }
     #[cfg(target_arch = "aarch64")]
-    if std::arch::is_aarch64_feature_detected!("dotprod") {
-        return Isa::Neon;
+    {
+        if std::arch::is_aarch64_feature_detected!("dotprod") {
+            Isa::NeonDot
+        } else {
+            Isa::Neon
+        }
     }
+    #[cfg(not(target_arch = "aarch64"))]
     Isa::Scalar
 }
 
@@ -78,7 +88,7 @@ pub fn tiers() -> Vec<Isa> {
     let arch: &[Isa] = if cfg!(target_arch = "x86_64") {
         &[Isa::Scalar, Isa::Avx2, Isa::Avx512]
     } else if cfg!(target_arch = "aarch64") {
-        &[Isa::Scalar, Isa::Neon]
+        &[Isa::Scalar, Isa::Neon, Isa::NeonDot]
     } else {
         &[Isa::Scalar]
     };
@@ -397,31 +407,50 @@ impl Kernels {
             };
         }
         #[cfg(target_arch = "aarch64")]
-        if isa >= Isa::Neon && supported() >= Isa::Neon {
-            use crate::simd::{neon, neon_k8};
-            return Kernels {
-                isa: Isa::Neon,
-                q8_0: q80(neon::quantize_q8_0, neon::dot_q8_0_q8_0),
-                q4_0: q80(neon::quantize_q8_0, neon::dot_q4_0_q8_0),
-                q5_0: q80(neon::quantize_q8_0, r::dot_q5_0_q8_0),
-                q4_0x8: (neon::gemv_q4_0x8, neon::gemm_q4_0x8),
-                q8_0x8: (neon::gemv_q8_0x8, neon::gemm_q8_0x8),
-                q5_0x8: (neon::gemv_q5_0x8, neon::gemm_q5_0x8),
-                q4_kx8: (neon_k8::gemv_q4_kx8, neon_k8::gemm_q4_kx8),
-                q5_kx8: (neon_k8::gemv_q5_kx8, neon_k8::gemm_q5_kx8),
-                q6_kx8: (neon_k8::gemv_q6_kx8, neon_k8::gemm_q6_kx8),
-                f16_dot: neon::dot_f16_f32,
-                bf16_dot: neon::dot_bf16_f32,
-                kv_dot: neon::dot_f32_f16,
-                kv_axpy: neon::axpy_f16,
-                silu_mul: neon::silu_mul,
-                // Unrepacked k-quant rows, Q5_0 rows and the attention tile
-                // keep the references (the tile through the dots above).
-                ..scalar
-            };
+        if isa >= Isa::NeonDot && supported() >= Isa::NeonDot {
+            return neon_table::<true>(scalar);
+        } else if isa >= Isa::Neon {
+            return neon_table::<false>(scalar);
         }
         let _ = isa;
         scalar
+    }
+}
+
+/// The AArch64 tiers' table: `D` selects the `SDOT` instances (NeonDot).
+#[cfg(target_arch = "aarch64")]
+fn neon_table<const D: bool>(scalar: Kernels) -> Kernels {
+    use crate::simd::{neon, neon_k8};
+    Kernels {
+        isa: if D { Isa::NeonDot } else { Isa::Neon },
+        q8_0: QuantPath {
+            quantize: neon::quantize_q8_0,
+            dot: neon::dot_q8_0_q8_0::<D>,
+            ..scalar.q8_0
+        },
+        q4_0: QuantPath {
+            quantize: neon::quantize_q8_0,
+            dot: neon::dot_q4_0_q8_0::<D>,
+            ..scalar.q4_0
+        },
+        q5_0: QuantPath {
+            quantize: neon::quantize_q8_0,
+            ..scalar.q5_0
+        },
+        q4_0x8: (neon::gemv_q4_0x8::<D>, neon::gemm_q4_0x8::<D>),
+        q8_0x8: (neon::gemv_q8_0x8::<D>, neon::gemm_q8_0x8::<D>),
+        q5_0x8: (neon::gemv_q5_0x8::<D>, neon::gemm_q5_0x8::<D>),
+        q4_kx8: (neon_k8::gemv_q4_kx8::<D>, neon_k8::gemm_q4_kx8::<D>),
+        q5_kx8: (neon_k8::gemv_q5_kx8::<D>, neon_k8::gemm_q5_kx8::<D>),
+        q6_kx8: (neon_k8::gemv_q6_kx8::<D>, neon_k8::gemm_q6_kx8::<D>),
+        f16_dot: neon::dot_f16_f32,
+        bf16_dot: neon::dot_bf16_f32,
+        kv_dot: neon::dot_f32_f16,
+        kv_axpy: neon::axpy_f16,
+        silu_mul: neon::silu_mul,
+        // Unrepacked k-quant rows, Q5_0 rows and the attention tile keep
+        // the references (the tile through the dots above).
+        ..scalar
     }
 }
 

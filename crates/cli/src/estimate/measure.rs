@@ -114,7 +114,7 @@ pub fn kernel_type(format: &str) -> GgmlType {
     let f = format.split(' ').next().unwrap_or(format);
     let f = f.strip_suffix("_m").or(f.strip_suffix("_s")).unwrap_or(f);
     match GgmlType::from_name(f) {
-        Some(t) if t != GgmlType::F32 && t != GgmlType::BF16 => t,
+        Some(t) if t != GgmlType::F32 => t,
         _ => GgmlType::Q8_0,
     }
 }

@@ -1,7 +1,6 @@
 //! AArch64 NEON + dot-product (`SDOT`, ARMv8.2's FEAT_DotProd) kernels:
 //! Apple M1 and later, AWS Graviton 2 and later, Ampere Altra, Cortex-A76
-//! and later. CPUs without `SDOT` (Cortex-A72 of the Raspberry Pi 4, A53)
-//! keep the scalar tier.
+//! and later; see below for CPUs without `SDOT`.
 //!
 //! The eight-row interleaved layouts of [`crate::quant::repack`] fit `SDOT`
 //! as they fit AVX2's `maddubs`: a 16-byte load holds four quant bytes of
@@ -14,9 +13,13 @@
 //!
 //! `SDOT` and the f16 widening `FCVTL` are written as inline assembly
 //! (Rust has no stable intrinsic for `SDOT`, and `FCVTL` needs the
-//! unstable `f16` type). Handed out by [`crate::cpu::Kernels::for_isa`]
-//! only after `is_aarch64_feature_detected!("dotprod")` (NEON is part of
-//! every AArch64 CPU): the safety condition of every function below.
+//! unstable `f16` type). Every kernel that multiplies bytes comes in two
+//! instances: `D = true` uses `SDOT` and is handed out by
+//! [`crate::cpu::Kernels::for_isa`] only after
+//! `is_aarch64_feature_detected!("dotprod")`; `D = false` computes the same
+//! sums with widening multiplies for CPUs without it (Cortex-A72 of the
+//! Raspberry Pi 4, A53), the `neon` tier. NEON itself is part of every
+//! AArch64 CPU.
 
 #![allow(unsafe_code)]
 
@@ -27,15 +30,24 @@ use std::arch::asm;
 
 const QK: usize = 32;
 
-/// `acc + (a . b)` per 32-bit lane over four signed byte products.
+/// `acc + (a . b)` per 32-bit lane over four signed byte products: with
+/// `D` the `SDOT` instruction, else its equivalent from widening multiplies
+/// and pairwise adds (for AArch64 CPUs without the dot-product extension).
 #[inline]
-#[target_feature(enable = "neon,dotprod")]
-pub(super) fn sdot(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+#[target_feature(enable = "neon")]
+pub(super) fn sdot<const D: bool>(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+    if !D {
+        let lo = vmull_s8(vget_low_s8(a), vget_low_s8(b));
+        let hi = vmull_high_s8(a, b);
+        return vaddq_s32(acc, vpaddq_s32(vpaddlq_s16(lo), vpaddlq_s16(hi)));
+    }
     let mut acc = acc;
-    // SAFETY: SDOT reads and writes only these registers; the dotprod
-    // feature was detected before this function could be reached.
+    // SAFETY: SDOT reads and writes only these registers; kernels
+    // instantiated with `D` are handed out only after the dotprod feature
+    // was detected.
     unsafe {
         asm!(
+            ".arch_extension dotprod",
             "sdot {acc:v}.4s, {a:v}.16b, {b:v}.16b",
             acc = inout(vreg) acc,
             a = in(vreg) a,
@@ -115,23 +127,23 @@ unsafe fn quantize_q8_0_impl(x: &[f32], out: &mut [u8]) {
     }
 }
 
-/// Q8_0 weights · Q8_0 activations.
-pub fn dot_q8_0_q8_0(w: &[u8], x: &[u8]) -> f32 {
+/// Q8_0 weights · Q8_0 activations (`D`: with `SDOT`).
+pub fn dot_q8_0_q8_0<const D: bool>(w: &[u8], x: &[u8]) -> f32 {
     let n = (w.len() / 34).min(x.len() / 34);
-    // SAFETY: dotprod detected by the kernel table; `n` whole blocks.
-    unsafe { dot_q_q8_0_impl::<34>(&w[..n * 34], &x[..n * 34]) }
+    // SAFETY: the kernel table hands out `D` only with dotprod detected; `n` whole blocks.
+    unsafe { dot_q_q8_0_impl::<34, D>(&w[..n * 34], &x[..n * 34]) }
 }
 
-/// Q4_0 weights · Q8_0 activations.
-pub fn dot_q4_0_q8_0(w: &[u8], x: &[u8]) -> f32 {
+/// Q4_0 weights · Q8_0 activations (`D`: with `SDOT`).
+pub fn dot_q4_0_q8_0<const D: bool>(w: &[u8], x: &[u8]) -> f32 {
     let n = (w.len() / 18).min(x.len() / 34);
     // SAFETY: as above.
-    unsafe { dot_q_q8_0_impl::<18>(&w[..n * 18], &x[..n * 34]) }
+    unsafe { dot_q_q8_0_impl::<18, D>(&w[..n * 18], &x[..n * 34]) }
 }
 
 /// One weight row (Q8_0 blocks of 34 bytes or Q4_0 of 18) times a Q8_0 row.
-#[target_feature(enable = "neon,dotprod")]
-unsafe fn dot_q_q8_0_impl<const WB: usize>(w: &[u8], x: &[u8]) -> f32 {
+#[target_feature(enable = "neon")]
+unsafe fn dot_q_q8_0_impl<const WB: usize, const D: bool>(w: &[u8], x: &[u8]) -> f32 {
     let mut acc = vdupq_n_f32(0.0);
     for (bw, bx) in w.chunks_exact(WB).zip(x.chunks_exact(34)) {
         // SAFETY: a Q8_0 block holds 32 quant bytes after its scale.
@@ -158,7 +170,7 @@ unsafe fn dot_q_q8_0_impl<const WB: usize>(w: &[u8], x: &[u8]) -> f32 {
                 vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8::<4>(p)), eight),
             )
         };
-        let s = sdot(sdot(vdupq_n_s32(0), w0, x0), w1, x1);
+        let s = sdot::<D>(sdot::<D>(vdupq_n_s32(0), w0, x0), w1, x1);
         acc = vfmaq_n_f32(acc, vcvtq_f32_s32(s), read_f16(bw) * read_f16(bx));
     }
     vaddvq_f32(acc)
@@ -306,7 +318,7 @@ type Sums = [int32x4_t; 2];
 type Prepped = [[int8x16_t; 2]; 8];
 
 #[inline]
-#[target_feature(enable = "neon,dotprod")]
+#[target_feature(enable = "neon")]
 fn prep_q4(u: *const u8) -> Prepped {
     let m4 = vdupq_n_u8(0x0f);
     let mut w = [[vdupq_n_s8(0); 2]; 8];
@@ -322,7 +334,7 @@ fn prep_q4(u: *const u8) -> Prepped {
 }
 
 #[inline]
-#[target_feature(enable = "neon,dotprod")]
+#[target_feature(enable = "neon")]
 fn prep_q5(u: *const u8) -> Prepped {
     let (m4, m1) = (vdupq_n_u8(0x0f), vdupq_n_u8(1));
     let mut w = [[vdupq_n_s8(0); 2]; 8];
@@ -344,14 +356,14 @@ fn prep_q5(u: *const u8) -> Prepped {
 
 /// Q4_0 / Q5_0: the eight rows' integer sums for the block quants at `q`.
 #[inline]
-#[target_feature(enable = "neon,dotprod")]
-fn sums_q45(w: &Prepped, _u: *const u8, q: *const u8) -> Sums {
+#[target_feature(enable = "neon")]
+fn sums_q45<const D: bool>(w: &Prepped, _u: *const u8, q: *const u8) -> Sums {
     let mut s = [vdupq_n_s32(0); 2];
     for k in 0..4 {
         // SAFETY: `q` points at the block's 32 quant bytes.
         let (xl, xh) = unsafe { (bcast4(q.add(4 * k)), bcast4(q.add(16 + 4 * k))) };
         for h in 0..2 {
-            s[h] = sdot(sdot(s[h], w[k][h], xl), w[4 + k][h], xh);
+            s[h] = sdot::<D>(sdot::<D>(s[h], w[k][h], xl), w[4 + k][h], xh);
         }
     }
     s
@@ -359,12 +371,12 @@ fn sums_q45(w: &Prepped, _u: *const u8, q: *const u8) -> Sums {
 
 /// Q8_0 needs nothing prepared: the signed bytes are read per token.
 #[inline]
-#[target_feature(enable = "neon,dotprod")]
+#[target_feature(enable = "neon")]
 fn prep_q8(_u: *const u8) {}
 
 #[inline]
-#[target_feature(enable = "neon,dotprod")]
-fn sums_q8(_w: &(), u: *const u8, q: *const u8) -> Sums {
+#[target_feature(enable = "neon")]
+fn sums_q8<const D: bool>(_w: &(), u: *const u8, q: *const u8) -> Sums {
     let mut s = [vdupq_n_s32(0); 2];
     for k in 0..8 {
         // SAFETY: a Q8_0 unit holds 256 quant bytes after its scales; `q` 32 bytes.
@@ -372,7 +384,7 @@ fn sums_q8(_w: &(), u: *const u8, q: *const u8) -> Sums {
         for h in 0..2 {
             // SAFETY: as above.
             let w = unsafe { vld1q_s8(u.add(16 + 32 * k + 16 * h) as *const i8) };
-            s[h] = sdot(s[h], w, x);
+            s[h] = sdot::<D>(s[h], w, x);
         }
     }
     s
@@ -382,17 +394,23 @@ fn sums_q8(_w: &(), u: *const u8, q: *const u8) -> Sums {
 /// block column, the weights are prepared once for all activation rows.
 macro_rules! x8 {
     ($name:ident, $impl_name:ident, $rn:expr, $unit:expr, $prep:ident, $sums:ident) => {
-        /// One eight-row group times activation rows (see the module docs).
-        pub fn $name(group: &[u8], x: [Q8Row<'_>; $rn]) -> [[f32; 8]; $rn] {
+        /// One eight-row group times activation rows (see the module
+        /// docs; `D`: with `SDOT`).
+        pub fn $name<const D: bool>(group: &[u8], x: [Q8Row<'_>; $rn]) -> [[f32; 8]; $rn] {
             let nb = x.iter().fold(group.len() / $unit, |m, r| {
                 m.min(r.q.len() / 34).min(r.d.len()).min(r.ds.len())
             });
-            // SAFETY: dotprod detected by the kernel table; every slice holds `nb` whole blocks.
-            unsafe { $impl_name(&group[..nb * $unit], x, nb) }
+            // SAFETY: the kernel table hands out `D` only with dotprod
+            // detected; every slice holds `nb` whole blocks.
+            unsafe { $impl_name::<D>(&group[..nb * $unit], x, nb) }
         }
 
-        #[target_feature(enable = "neon,dotprod")]
-        unsafe fn $impl_name(group: &[u8], x: [Q8Row<'_>; $rn], nb: usize) -> [[f32; 8]; $rn] {
+        #[target_feature(enable = "neon")]
+        unsafe fn $impl_name<const D: bool>(
+            group: &[u8],
+            x: [Q8Row<'_>; $rn],
+            nb: usize,
+        ) -> [[f32; 8]; $rn] {
             let mut acc = [[vdupq_n_f32(0.0); 2]; $rn];
             for b in 0..nb {
                 // SAFETY: unit `b < nb` lies inside `group`.
@@ -404,7 +422,7 @@ macro_rules! x8 {
                     let r = &x[j];
                     // SAFETY: block `b < nb` of each activation row exists.
                     let qj = unsafe { r.q.as_ptr().add(34 * b + 2) };
-                    let s = $sums(&w, u, qj);
+                    let s = $sums::<D>(&w, u, qj);
                     let (dx, ds8) = (r.d[b], 8.0 * r.ds[b]);
                     for h in 0..2 {
                         let v = vfmaq_n_f32(vdupq_n_f32(ds8), vcvtq_f32_s32(s[h]), dx);

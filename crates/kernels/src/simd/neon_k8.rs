@@ -4,8 +4,9 @@
 //! kernels, with `SDOT` producing four rows' sums per instruction and the
 //! per-sub-block scales applied with 32-bit multiply-adds.
 //!
-//! Handed out by [`crate::cpu::Kernels::for_isa`] only after the dotprod
-//! feature was detected: the safety condition of every function below.
+//! As in [`super::neon`], `D = true` instances use `SDOT` and are handed out
+//! by [`crate::cpu::Kernels::for_isa`] only after the dotprod feature was
+//! detected; `D = false` ones run on every AArch64 CPU.
 
 #![allow(unsafe_code)]
 
@@ -48,24 +49,32 @@ unsafe fn bsum(bx: *const u8, i: usize) -> i32 {
 /// Q4_K, one Q8_K block: `d dx sum_j sc_j q.x - dmin dx sum_j m_j sum(x)`
 /// for the eight rows, added to `acc`.
 #[inline]
-#[target_feature(enable = "neon,dotprod")]
-unsafe fn step_q4k(u: *const u8, bx: *const u8, acc: [float32x4_t; 2]) -> [float32x4_t; 2] {
+#[target_feature(enable = "neon")]
+unsafe fn step_q4k<const D: bool>(
+    u: *const u8,
+    bx: *const u8,
+    acc: [float32x4_t; 2],
+) -> [float32x4_t; 2] {
     // SAFETY: the caller's contract.
-    unsafe { step_q45k::<false>(u, bx, acc) }
+    unsafe { step_q45k::<false, D>(u, bx, acc) }
 }
 
 /// Q5_K: as Q4_K with the fifth bits of [`crate::quant::repack_q5k`] above the nibbles.
 #[inline]
-#[target_feature(enable = "neon,dotprod")]
-unsafe fn step_q5k(u: *const u8, bx: *const u8, acc: [float32x4_t; 2]) -> [float32x4_t; 2] {
+#[target_feature(enable = "neon")]
+unsafe fn step_q5k<const D: bool>(
+    u: *const u8,
+    bx: *const u8,
+    acc: [float32x4_t; 2],
+) -> [float32x4_t; 2] {
     // SAFETY: the caller's contract.
-    unsafe { step_q45k::<true>(u, bx, acc) }
+    unsafe { step_q45k::<true, D>(u, bx, acc) }
 }
 
 /// Q4_K, or with `FIVE` Q5_K (whose unit is Q4_K's plus the fifth bits).
 #[inline]
-#[target_feature(enable = "neon,dotprod")]
-unsafe fn step_q45k<const FIVE: bool>(
+#[target_feature(enable = "neon")]
+unsafe fn step_q45k<const FIVE: bool, const D: bool>(
     u: *const u8,
     bx: *const u8,
     acc: [float32x4_t; 2],
@@ -97,8 +106,8 @@ unsafe fn step_q45k<const FIVE: bool>(
                     l = vorrq_u8(l, bit(s));
                     hv = vorrq_u8(hv, bit(s + 1));
                 }
-                lo[h] = sdot(lo[h], vreinterpretq_s8_u8(l), xl);
-                hi[h] = sdot(hi[h], vreinterpretq_s8_u8(hv), xh);
+                lo[h] = sdot::<D>(lo[h], vreinterpretq_s8_u8(l), xl);
+                hi[h] = sdot::<D>(hi[h], vreinterpretq_s8_u8(hv), xh);
             }
         }
         // SAFETY: sub-block scales at 32 + 8j, minimums at 96 + 8j (j < 8).
@@ -135,8 +144,12 @@ unsafe fn step_q45k<const FIVE: bool>(
 /// Q6_K, one Q8_K block: stored values are `q + 32`, so `32 sum_g sc_g
 /// sum(x)` is taken back off before scaling by `d dx`.
 #[inline]
-#[target_feature(enable = "neon,dotprod")]
-unsafe fn step_q6k(u: *const u8, bx: *const u8, acc: [float32x4_t; 2]) -> [float32x4_t; 2] {
+#[target_feature(enable = "neon")]
+unsafe fn step_q6k<const D: bool>(
+    u: *const u8,
+    bx: *const u8,
+    acc: [float32x4_t; 2],
+) -> [float32x4_t; 2] {
     // SAFETY: a Q8_K block is d (4 bytes), 256 quants, 16 i16 block sums.
     let (dx, q8) = unsafe { ((bx as *const f32).read_unaligned(), bx.add(4)) };
     let mut total = [vdupq_n_s32(0); 2];
@@ -149,7 +162,7 @@ unsafe fn step_q6k(u: *const u8, bx: *const u8, acc: [float32x4_t; 2]) -> [float
             for h in 0..2 {
                 // SAFETY: as above.
                 let v = unsafe { vld1q_s8(u.add(144 + 256 * s + 32 * k + 16 * h) as *const i8) };
-                part[h] = sdot(part[h], v, x);
+                part[h] = sdot::<D>(part[h], v, x);
             }
         }
         // SAFETY: group scales at 16 + 8g; block sum g of the activation block.
@@ -171,23 +184,28 @@ unsafe fn step_q6k(u: *const u8, bx: *const u8, acc: [float32x4_t; 2]) -> [float
 /// one activation block's contribution for the eight rows.
 macro_rules! k8 {
     ($name:ident, $impl_name:ident, $rn:expr, $unit:expr, $step:ident) => {
-        /// One eight-row k-quant group times Q8_K activation rows.
-        pub fn $name(group: &[u8], x: [&[u8]; $rn]) -> [[f32; 8]; $rn] {
+        /// One eight-row k-quant group times Q8_K activation rows (`D`: with `SDOT`).
+        pub fn $name<const D: bool>(group: &[u8], x: [&[u8]; $rn]) -> [[f32; 8]; $rn] {
             let nb = x
                 .iter()
                 .fold(group.len() / $unit, |m, r| m.min(r.len() / Q8K));
-            // SAFETY: dotprod detected by the kernel table; `nb` whole blocks everywhere.
-            unsafe { $impl_name(&group[..nb * $unit], x, nb) }
+            // SAFETY: the kernel table hands out `D` only with dotprod
+            // detected; `nb` whole blocks everywhere.
+            unsafe { $impl_name::<D>(&group[..nb * $unit], x, nb) }
         }
 
-        #[target_feature(enable = "neon,dotprod")]
-        unsafe fn $impl_name(group: &[u8], x: [&[u8]; $rn], nb: usize) -> [[f32; 8]; $rn] {
+        #[target_feature(enable = "neon")]
+        unsafe fn $impl_name<const D: bool>(
+            group: &[u8],
+            x: [&[u8]; $rn],
+            nb: usize,
+        ) -> [[f32; 8]; $rn] {
             let mut acc = [[vdupq_n_f32(0.0); 2]; $rn];
             for b in 0..nb {
                 for j in 0..$rn {
                     // SAFETY: unit `b` and block `b` of each row exist (`b < nb`).
                     acc[j] = unsafe {
-                        $step(
+                        $step::<D>(
                             group.as_ptr().add(b * $unit),
                             x[j].as_ptr().add(b * Q8K),
                             acc[j],
