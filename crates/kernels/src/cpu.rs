@@ -134,11 +134,13 @@ pub struct Q8Row<'a> {
 }
 
 /// The offset subtracted from the stored unsigned quants of a 32-element
-/// weight type (0 for signed types).
+/// weight type (0 for signed types). Q4_1 and Q5_1 add a per-block minimum
+/// `m` instead: their -1 makes `8 ds = d * sum(quants)`, the factor of `m`.
 pub fn zero_offset(ty: GgmlType) -> f32 {
     match ty {
         GgmlType::Q4_0 => 8.0,
         GgmlType::Q5_0 => 16.0,
+        GgmlType::Q4_1 | GgmlType::Q5_1 => -1.0,
         _ => 0.0,
     }
 }
@@ -211,6 +213,18 @@ x8_ref!(
     crate::quant::repack::dot_q5_0x8
 );
 x8_ref!(
+    q4_1x8_gemv_ref,
+    q4_1x8_gemm_ref,
+    Q8Row<'_>,
+    crate::quant::repack::dot_q4_1x8
+);
+x8_ref!(
+    q5_1x8_gemv_ref,
+    q5_1x8_gemm_ref,
+    Q8Row<'_>,
+    crate::quant::repack::dot_q5_1x8
+);
+x8_ref!(
     q8_0x8_gemv_ref,
     q8_0x8_gemm_ref,
     Q8Row<'_>,
@@ -259,6 +273,8 @@ pub struct Kernels {
     pub q8_0: QuantPath,
     pub q4_0: QuantPath,
     pub q5_0: QuantPath,
+    pub q4_1: QuantPath,
+    pub q5_1: QuantPath,
     pub q4_k: QuantPath,
     pub q5_k: QuantPath,
     pub q6_k: QuantPath,
@@ -266,6 +282,9 @@ pub struct Kernels {
     pub q4_0x8: (X8Gemv, X8Gemm),
     pub q8_0x8: (X8Gemv, X8Gemm),
     pub q5_0x8: (X8Gemv, X8Gemm),
+    /// Q4_1 and Q5_1 repacked in eight-row groups (minimums beside the scales).
+    pub q4_1x8: (X8Gemv, X8Gemm),
+    pub q5_1x8: (X8Gemv, X8Gemm),
     /// Q4_K repacked in eight-row groups (Q8_K activations).
     pub q4_kx8: (K8Gemv, K8Gemm),
     pub q5_kx8: (K8Gemv, K8Gemm),
@@ -297,6 +316,8 @@ impl Kernels {
             GgmlType::Q4_0 => Some(self.q4_0x8),
             GgmlType::Q8_0 => Some(self.q8_0x8),
             GgmlType::Q5_0 => Some(self.q5_0x8),
+            GgmlType::Q4_1 => Some(self.q4_1x8),
+            GgmlType::Q5_1 => Some(self.q5_1x8),
             _ => None,
         }
     }
@@ -307,6 +328,8 @@ impl Kernels {
             GgmlType::Q8_0 => Some(self.q8_0),
             GgmlType::Q4_0 => Some(self.q4_0),
             GgmlType::Q5_0 => Some(self.q5_0),
+            GgmlType::Q4_1 => Some(self.q4_1),
+            GgmlType::Q5_1 => Some(self.q5_1),
             GgmlType::Q4K => Some(self.q4_k),
             GgmlType::Q5K => Some(self.q5_k),
             GgmlType::Q6K => Some(self.q6_k),
@@ -336,12 +359,16 @@ impl Kernels {
             q8_0: q80(r::quantize_q8_0_act, r::dot_q8_0_q8_0),
             q4_0: q80(r::quantize_q8_0_act, r::dot_q4_0_q8_0),
             q5_0: q80(r::quantize_q8_0_act, r::dot_q5_0_q8_0),
+            q4_1: q80(r::quantize_q8_0_act, r::dot_q4_1_q8_0),
+            q5_1: q80(r::quantize_q8_0_act, r::dot_q5_1_q8_0),
             q4_k: q8k(r::quantize_q8_k_act, r::dot_q4_k_q8_k),
             q5_k: q8k(r::quantize_q8_k_act, r::dot_q5_k_q8_k),
             q6_k: q8k(r::quantize_q8_k_act, r::dot_q6_k_q8_k),
             q4_0x8: (q4_0x8_gemv_ref, q4_0x8_gemm_ref),
             q8_0x8: (q8_0x8_gemv_ref, q8_0x8_gemm_ref),
             q5_0x8: (q5_0x8_gemv_ref, q5_0x8_gemm_ref),
+            q4_1x8: (q4_1x8_gemv_ref, q4_1x8_gemm_ref),
+            q5_1x8: (q5_1x8_gemv_ref, q5_1x8_gemm_ref),
             q4_kx8: (q4_kx8_gemv_ref, q4_kx8_gemm_ref),
             q5_kx8: (q5_kx8_gemv_ref, q5_kx8_gemm_ref),
             q6_kx8: (q6_kx8_gemv_ref, q6_kx8_gemm_ref),
@@ -369,6 +396,9 @@ impl Kernels {
                     tiles: Some((avx2::tile_q5_0_1, avx2::tile_q5_0_n)),
                     ..q80(avx2::quantize_q8_0, avx2::dot_q5_0_q8_0)
                 },
+                // Unrepacked Q4_1/Q5_1 rows (row counts not a multiple of 8) are rare.
+                q4_1: q80(avx2::quantize_q8_0, r::dot_q4_1_q8_0),
+                q5_1: q80(avx2::quantize_q8_0, r::dot_q5_1_q8_0),
                 // Q8_K quantization is a small share of the work; it stays scalar.
                 q4_k: q8k(r::quantize_q8_k_act, avx2::dot_q4_k_q8_k),
                 // Unrepacked Q5_K rows (row counts not a multiple of 8) are rare.
@@ -385,6 +415,14 @@ impl Kernels {
                 q5_0x8: (
                     crate::simd::avx2_x8::gemv_q5_0x8,
                     crate::simd::avx2_x8::gemm_q5_0x8,
+                ),
+                q4_1x8: (
+                    crate::simd::avx2_x8::gemv_q4_1x8,
+                    crate::simd::avx2_x8::gemm_q4_1x8,
+                ),
+                q5_1x8: (
+                    crate::simd::avx2_x8::gemv_q5_1x8,
+                    crate::simd::avx2_x8::gemm_q5_1x8,
                 ),
                 q4_kx8: (
                     crate::simd::avx2_x8::gemv_q4_kx8,
@@ -437,9 +475,19 @@ fn neon_table<const D: bool>(scalar: Kernels) -> Kernels {
             quantize: neon::quantize_q8_0,
             ..scalar.q5_0
         },
+        q4_1: QuantPath {
+            quantize: neon::quantize_q8_0,
+            ..scalar.q4_1
+        },
+        q5_1: QuantPath {
+            quantize: neon::quantize_q8_0,
+            ..scalar.q5_1
+        },
         q4_0x8: (neon::gemv_q4_0x8::<D>, neon::gemm_q4_0x8::<D>),
         q8_0x8: (neon::gemv_q8_0x8::<D>, neon::gemm_q8_0x8::<D>),
         q5_0x8: (neon::gemv_q5_0x8::<D>, neon::gemm_q5_0x8::<D>),
+        q4_1x8: (neon::gemv_q4_1x8::<D>, neon::gemm_q4_1x8::<D>),
+        q5_1x8: (neon::gemv_q5_1x8::<D>, neon::gemm_q5_1x8::<D>),
         q4_kx8: (neon_k8::gemv_q4_kx8::<D>, neon_k8::gemm_q4_kx8::<D>),
         q5_kx8: (neon_k8::gemv_q5_kx8::<D>, neon_k8::gemm_q5_kx8::<D>),
         q6_kx8: (neon_k8::gemv_q6_kx8::<D>, neon_k8::gemm_q6_kx8::<D>),

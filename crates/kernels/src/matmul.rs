@@ -54,7 +54,7 @@ impl<'a> WeightMatrix<'a> {
             return Err(Error::Shape {
                 op: "matmul",
                 detail: format!(
-                    "a packed copy needs Q4_0/Q5_0/Q8_0/Q4_K/Q5_K/Q6_K rows in multiples of 8 and {:?} bytes, got {} rows of {} and {} bytes",
+                    "a packed copy needs Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K rows in multiples of 8 and {:?} bytes, got {} rows of {} and {} bytes",
                     want,
                     self.rows,
                     self.ty.name(),
@@ -411,6 +411,8 @@ mod tests {
             (GgmlType::Q5_0, 16, 96),
             (GgmlType::Q6K, 8, 256),
             (GgmlType::Q5K, 16, 768),
+            (GgmlType::Q4_1, 16, 96),
+            (GgmlType::Q5_1, 24, 576),
         ] {
             let rb = ty.row_bytes(cols).unwrap();
             let mut wq = vec![0u8; rb * rows];

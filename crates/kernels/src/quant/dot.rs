@@ -59,6 +59,41 @@ pub fn dot_q5_0_q8_0(w: &[u8], x: &[u8]) -> f32 {
     sum
 }
 
+/// Q4_1 weights (`d * q + m`) · Q8_0 activations: `d_w d_x sum(q_w q_x) +
+/// m_w d_x sum(q_x)` per block (ggml's Q8_1 carries `d_x sum(q_x)` as `s`).
+pub fn dot_q4_1_q8_0(w: &[u8], x: &[u8]) -> f32 {
+    dot_q_1_q8_0(false, w, x)
+}
+
+/// The same for Q5_1 weights (five-bit `q`, the fifth bits in `qh`).
+pub fn dot_q5_1_q8_0(w: &[u8], x: &[u8]) -> f32 {
+    dot_q_1_q8_0(true, w, x)
+}
+
+fn dot_q_1_q8_0(five: bool, w: &[u8], x: &[u8]) -> f32 {
+    let block = if five { 24 } else { 20 };
+    let mut sum = 0.0f32;
+    for (bw, bx) in w.chunks_exact(block).zip(x.chunks_exact(34)) {
+        let qh = if five {
+            u32::from_le_bytes([bw[4], bw[5], bw[6], bw[7]])
+        } else {
+            0
+        };
+        let qs = &bw[block - 16..];
+        let (mut acc, mut sx) = (0i32, 0i32);
+        for j in 0..QK / 2 {
+            let lo = (qs[j] & 0x0f) as i32 | ((((qh >> j) & 1) as i32) << 4);
+            let hi = (qs[j] >> 4) as i32 | ((((qh >> (j + 16)) & 1) as i32) << 4);
+            let (x0, x1) = (bx[2 + j] as i8 as i32, bx[2 + QK / 2 + j] as i8 as i32);
+            acc += lo * x0 + hi * x1;
+            sx += x0 + x1;
+        }
+        let dx = read_f16(&bx[0..2]);
+        sum += read_f16(&bw[0..2]) * dx * acc as f32 + read_f16(&bw[2..4]) * dx * sx as f32;
+    }
+    sum
+}
+
 /// f16 weights times f32 activations, accumulated in f32.
 pub fn dot_f16_f32(w: &[u8], x: &[f32]) -> f32 {
     w.chunks_exact(2)
@@ -285,7 +320,13 @@ mod tests {
     #[test]
     fn integer_dots_match_the_reference_and_f32_on_every_tier() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(4);
-        for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_0] {
+        for ty in [
+            GgmlType::Q8_0,
+            GgmlType::Q4_0,
+            GgmlType::Q5_0,
+            GgmlType::Q4_1,
+            GgmlType::Q5_1,
+        ] {
             for blocks in [1, 2, 7, 33] {
                 let n = 32 * blocks;
                 let (wf, x) = (row(&mut rng, n), row(&mut rng, n));

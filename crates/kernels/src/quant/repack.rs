@@ -32,6 +32,8 @@ pub fn x8_unit(ty: GgmlType) -> Option<usize> {
         GgmlType::Q4_0 => Some(16 + 8 * 16),
         GgmlType::Q5_0 => Some(Q5_0_UNIT),
         GgmlType::Q8_0 => Some(16 + 8 * 32),
+        GgmlType::Q4_1 => Some(Q4_1_UNIT),
+        GgmlType::Q5_1 => Some(Q5_1_UNIT),
         _ => None,
     }
 }
@@ -51,6 +53,9 @@ pub fn repack_x8(ty: GgmlType, data: &[u8], rows: usize, cols: usize) -> Option<
     }
     if ty == GgmlType::Q5_0 {
         return repack_q5_0x8(data, rows, cols);
+    }
+    if ty == GgmlType::Q4_1 || ty == GgmlType::Q5_1 {
+        return repack_q_1x8(ty == GgmlType::Q5_1, data, rows, cols);
     }
     let unit = x8_unit(ty)?;
     let qbytes = (unit - 16) / 8;
@@ -104,14 +109,7 @@ pub fn repack_q5_0x8(data: &[u8], rows: usize, cols: usize) -> Option<Vec<u8>> {
                 let blk = &data[(8 * g + r) * row_bytes + 22 * b..][..22];
                 u[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
                 let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
-                for e in 0..4 {
-                    let mut byte = 0u8;
-                    for k in 0..4 {
-                        byte |= (((qh >> (4 * k + e)) & 1) as u8) << (2 * k);
-                        byte |= (((qh >> (16 + 4 * k + e)) & 1) as u8) << (2 * k + 1);
-                    }
-                    u[16 + 4 * r + e] = byte;
-                }
+                u[16 + 4 * r..20 + 4 * r].copy_from_slice(&fifth_bits(qh));
                 for k in 0..4 {
                     u[48 + 32 * k + 4 * r..][..4].copy_from_slice(&blk[6 + 4 * k..10 + 4 * k]);
                 }
@@ -119,6 +117,107 @@ pub fn repack_q5_0x8(data: &[u8], rows: usize, cols: usize) -> Option<Vec<u8>> {
         }
     }
     Some(out)
+}
+
+/// A Q5_0/Q5_1 block's fifth bits `qh` as a row's four bytes of the x8
+/// unit: byte `e` holds, at bit `2k`, the bit of element `4k + e` and, at
+/// bit `2k + 1`, that of element `16 + 4k + e`.
+fn fifth_bits(qh: u32) -> [u8; 4] {
+    std::array::from_fn(|e| {
+        (0..4).fold(0u8, |byte, k| {
+            byte | ((((qh >> (4 * k + e)) & 1) as u8) << (2 * k))
+                | ((((qh >> (16 + 4 * k + e)) & 1) as u8) << (2 * k + 1))
+        })
+    })
+}
+
+/// Bytes of one block column of an eight-row Q4_1 group: the Q4_0 unit
+/// with the rows' minimums `m` (f16) after their scales.
+pub const Q4_1_UNIT: usize = 32 + 128;
+/// The same for Q5_1: scales, minimums, the fifth bits and nibbles as in Q5_0.
+pub const Q5_1_UNIT: usize = 32 + 32 + 128;
+
+/// Repacks Q4_1 or (`five`) Q5_1 rows; `None` on the shapes [`repack_x8`] refuses.
+fn repack_q_1x8(five: bool, data: &[u8], rows: usize, cols: usize) -> Option<Vec<u8>> {
+    let (block, unit) = if five {
+        (24, Q5_1_UNIT)
+    } else {
+        (20, Q4_1_UNIT)
+    };
+    let nb = cols / 32;
+    if !rows.is_multiple_of(8)
+        || !cols.is_multiple_of(32)
+        || data.len() != rows * nb * block
+        || rows == 0
+    {
+        return None;
+    }
+    let row_bytes = nb * block;
+    let mut out = vec![0u8; rows / 8 * nb * unit];
+    for (g, group) in out.chunks_exact_mut(nb * unit).enumerate() {
+        for (b, u) in group.chunks_exact_mut(unit).enumerate() {
+            for r in 0..8 {
+                let blk = &data[(8 * g + r) * row_bytes + block * b..][..block];
+                u[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
+                u[16 + 2 * r..18 + 2 * r].copy_from_slice(&blk[2..4]);
+                let quants = if five {
+                    let qh = u32::from_le_bytes([blk[4], blk[5], blk[6], blk[7]]);
+                    u[32 + 4 * r..36 + 4 * r].copy_from_slice(&fifth_bits(qh));
+                    64
+                } else {
+                    32
+                };
+                for k in 0..4 {
+                    u[quants + 32 * k + 4 * r..][..4]
+                        .copy_from_slice(&blk[block - 16 + 4 * k..][..4]);
+                }
+            }
+        }
+    }
+    Some(out)
+}
+
+/// One eight-row Q4_1 group times one activation row whose `ds` terms were
+/// made for Q4_1 (`8 ds = d_x * sum(q_x)`, see [`crate::cpu::zero_offset`]).
+pub fn dot_q4_1x8(group: &[u8], x: Q8Row<'_>) -> [f32; 8] {
+    dot_q_1x8(false, group, x)
+}
+
+/// The same for Q5_1.
+pub fn dot_q5_1x8(group: &[u8], x: Q8Row<'_>) -> [f32; 8] {
+    dot_q_1x8(true, group, x)
+}
+
+fn dot_q_1x8(five: bool, group: &[u8], x: Q8Row<'_>) -> [f32; 8] {
+    let (unit, quants) = if five {
+        (Q5_1_UNIT, 64)
+    } else {
+        (Q4_1_UNIT, 32)
+    };
+    let mut acc = [0f32; 8];
+    for (b, u) in group.chunks_exact(unit).enumerate() {
+        let xq = &x.q[34 * b + 2..34 * b + 34];
+        for (r, a) in acc.iter_mut().enumerate() {
+            let mut sum = 0i32;
+            for k in 0..4 {
+                for e in 0..4 {
+                    let byte = u[quants + 32 * k + 4 * r + e];
+                    let (mut lo, mut hi) = (byte & 0x0f, byte >> 4);
+                    if five {
+                        let bits = u[32 + 4 * r + e];
+                        lo |= ((bits >> (2 * k)) & 1) << 4;
+                        hi |= ((bits >> (2 * k + 1)) & 1) << 4;
+                    }
+                    sum += lo as i32 * xq[4 * k + e] as i8 as i32;
+                    sum += hi as i32 * xq[16 + 4 * k + e] as i8 as i32;
+                }
+            }
+            let dw = super::read_f16(&u[2 * r..2 * r + 2]);
+            let mw = super::read_f16(&u[16 + 2 * r..18 + 2 * r]);
+            *a += dw * (x.d[b] * sum as f32) + mw * (8.0 * x.ds[b]);
+        }
+    }
+    acc
 }
 
 /// One eight-row Q5_0 group times one activation row (`ds` made for Q5_0).
@@ -283,12 +382,20 @@ mod tests {
     use crate::quant::quantize_row;
     use rand::{Rng, SeedableRng};
 
-    const TYPES: [GgmlType; 3] = [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q5_0];
+    const TYPES: [GgmlType; 5] = [
+        GgmlType::Q4_0,
+        GgmlType::Q8_0,
+        GgmlType::Q5_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_1,
+    ];
 
     fn reference(ty: GgmlType) -> fn(&[u8], Q8Row<'_>) -> [f32; 8] {
         match ty {
             GgmlType::Q4_0 => dot_q4_0x8,
             GgmlType::Q5_0 => dot_q5_0x8,
+            GgmlType::Q4_1 => dot_q4_1x8,
+            GgmlType::Q5_1 => dot_q5_1x8,
             _ => dot_q8_0x8,
         }
     }
@@ -376,6 +483,8 @@ mod tests {
             let row_dot = match ty {
                 GgmlType::Q4_0 => dot_q4_0_q8_0,
                 GgmlType::Q5_0 => crate::quant::dot::dot_q5_0_q8_0,
+                GgmlType::Q4_1 => crate::quant::dot::dot_q4_1_q8_0,
+                GgmlType::Q5_1 => crate::quant::dot::dot_q5_1_q8_0,
                 _ => dot_q8_0_q8_0,
             };
             for (rows, blocks) in [(8, 1), (16, 3), (24, 9)] {
@@ -405,7 +514,9 @@ mod tests {
         }
         assert!(repack_q4_0x8(&[0; 18 * 7], 7, 32).is_none());
         assert!(repack_q4_0x8(&[0; 18 * 8], 8, 33).is_none());
-        assert!(repack_x8(GgmlType::Q4_1, &[0; 20 * 8], 8, 32).is_none());
+        assert!(repack_x8(GgmlType::Q4_1, &[0; 20 * 7], 7, 32).is_none());
+        assert!(repack_x8(GgmlType::Q5_1, &[0; 24 * 8], 8, 33).is_none());
+        assert!(repack_x8(GgmlType::F16, &[0; 64 * 8], 8, 32).is_none());
     }
 
     /// The x8 form of a K-quant type against its row dot, and every tier's

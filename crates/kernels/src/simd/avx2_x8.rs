@@ -1,4 +1,4 @@
-//! AVX2 kernels over the eight-row interleaved Q4_0 and Q8_0 layouts of
+//! AVX2 kernels over the eight-row interleaved layouts of
 //! [`crate::quant::repack`]: each block column of a group yields the integer
 //! sums of eight rows in the eight lanes of one register, so the float
 //! work (convert, scale, accumulate) is done once per eight rows instead of
@@ -17,19 +17,32 @@ use std::arch::x86_64::*;
 const Q4_UNIT: usize = 16 + 8 * 16;
 const Q8_UNIT: usize = 16 + 8 * 32;
 
-/// Q4_0: the unit's nibbles split into low (elements 0..16) and high halves, once per block.
+/// Q4_0 (`OFF` 16) and Q4_1 (`OFF` 32, after the minimums): the unit's
+/// nibbles split into low (elements 0..16) and high halves, once per block.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn prep_q4(u: *const u8) -> [__m256i; 8] {
+fn prep_q4_at<const OFF: usize>(u: *const u8) -> [__m256i; 8] {
     let m4 = _mm256_set1_epi8(0x0f);
     let mut w = [_mm256_setzero_si256(); 8];
     for k in 0..4 {
-        // SAFETY: a Q4_0 unit holds 128 quant bytes after its 16 scale bytes.
-        let v = unsafe { _mm256_loadu_si256(u.add(16 + 32 * k) as *const __m256i) };
+        // SAFETY: the unit holds 128 quant bytes from `OFF`.
+        let v = unsafe { _mm256_loadu_si256(u.add(OFF + 32 * k) as *const __m256i) };
         w[k] = _mm256_and_si256(v, m4);
         w[4 + k] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
     }
     w
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn prep_q4(u: *const u8) -> [__m256i; 8] {
+    prep_q4_at::<16>(u)
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn prep_q4_1(u: *const u8) -> [__m256i; 8] {
+    prep_q4_at::<32>(u)
 }
 
 /// Four quant bytes at `q` broadcast to the eight row slots.
@@ -59,18 +72,19 @@ fn sums_q4(w: &[__m256i; 8], _u: *const u8, q: *const u8) -> __m256i {
 
 const Q5_UNIT: usize = crate::quant::repack::Q5_0_UNIT;
 
-/// Q5_0: nibbles plus fifth bits as unsigned 5-bit values, low and high halves.
+/// Q5_0 (`OFF` 16) and Q5_1 (`OFF` 32): nibbles plus fifth bits as
+/// unsigned 5-bit values, low and high halves.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn prep_q5(u: *const u8) -> [__m256i; 8] {
+fn prep_q5_at<const OFF: usize>(u: *const u8) -> [__m256i; 8] {
     let m4 = _mm256_set1_epi8(0x0f);
     let m1 = _mm256_set1_epi8(0x01);
-    // SAFETY: a Q5_0 unit holds 32 bit bytes at 16 and 128 quant bytes at 48.
-    let bits = unsafe { _mm256_loadu_si256(u.add(16) as *const __m256i) };
+    // SAFETY: the unit holds 32 bit bytes at `OFF` and 128 quant bytes after them.
+    let bits = unsafe { _mm256_loadu_si256(u.add(OFF) as *const __m256i) };
     let mut w = [_mm256_setzero_si256(); 8];
     for k in 0..4 {
         // SAFETY: as above.
-        let v = unsafe { _mm256_loadu_si256(u.add(48 + 32 * k) as *const __m256i) };
+        let v = unsafe { _mm256_loadu_si256(u.add(OFF + 32 + 32 * k) as *const __m256i) };
         let shift = _mm_cvtsi32_si128(2 * k as i32);
         let lo_bit = _mm256_and_si256(_mm256_srl_epi16(bits, shift), m1);
         let hi_bit = _mm256_and_si256(
@@ -84,6 +98,18 @@ fn prep_q5(u: *const u8) -> [__m256i; 8] {
         );
     }
     w
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn prep_q5(u: *const u8) -> [__m256i; 8] {
+    prep_q5_at::<16>(u)
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn prep_q5_1(u: *const u8) -> [__m256i; 8] {
+    prep_q5_at::<32>(u)
 }
 
 /// Q5_0: the eight rows' integer sums. 5-bit by 8-bit products allow only
@@ -132,6 +158,14 @@ fn sums_q8(_w: &(), u: *const u8, q: *const u8) -> __m256i {
 /// so every accumulator stays a named value and no loop counter is kept.
 macro_rules! x8 {
     ($name:ident, $impl_name:ident, $rn:expr, [$($j:literal)+], $unit:expr, $prep:ident, $sums:ident) => {
+        x8!(@ false, $name, $impl_name, $rn, [$($j)+], $unit, $prep, $sums);
+    };
+    // Q4_1 / Q5_1: the unit's scales are followed by the rows' minimums `m`,
+    // which multiply `8 ds = d_x * sum(q_x)` (see `crate::cpu::zero_offset`).
+    ($name:ident, $impl_name:ident, $rn:expr, [$($j:literal)+], $unit:expr, $prep:ident, $sums:ident, mins) => {
+        x8!(@ true, $name, $impl_name, $rn, [$($j)+], $unit, $prep, $sums);
+    };
+    (@ $mins:literal, $name:ident, $impl_name:ident, $rn:expr, [$($j:literal)+], $unit:expr, $prep:ident, $sums:ident) => {
         /// One eight-row group times activation rows (see the module docs).
         pub fn $name(group: &[u8], x: [Q8Row<'_>; $rn]) -> [[f32; 8]; $rn] {
             const { assert!([$($j),+].len() == $rn) };
@@ -153,6 +187,12 @@ macro_rules! x8 {
             for b in 0..nb {
                 // SAFETY: a unit starts with the 8 rows' f16 scales (16 bytes).
                 let dw = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(u as *const __m128i) });
+                let mw = if $mins {
+                    // SAFETY: units of the types with minimums hold them at 16.
+                    _mm256_cvtph_ps(unsafe { _mm_loadu_si128(u.add(16) as *const __m128i) })
+                } else {
+                    _mm256_setzero_ps()
+                };
                 let w = $prep(u);
                 $(
                     // SAFETY: block `b < nb` of each activation row exists
@@ -160,8 +200,14 @@ macro_rules! x8 {
                     let (qj, dx, dsj) = unsafe { (q[$j].add(34 * b), *d[$j].add(b), *ds[$j].add(b)) };
                     let f = _mm256_cvtepi32_ps($sums(&w, u, qj));
                     // `ds` is spread over 8 lanes for the one-row tiles: the whole term is 8 * ds.
-                    let v = _mm256_fmadd_ps(_mm256_set1_ps(dx), f, _mm256_set1_ps(8.0 * dsj));
-                    acc[$j] = _mm256_fmadd_ps(dw, v, acc[$j]);
+                    if $mins {
+                        let v = _mm256_mul_ps(_mm256_set1_ps(dx), f);
+                        acc[$j] = _mm256_fmadd_ps(dw, v, acc[$j]);
+                        acc[$j] = _mm256_fmadd_ps(mw, _mm256_set1_ps(8.0 * dsj), acc[$j]);
+                    } else {
+                        let v = _mm256_fmadd_ps(_mm256_set1_ps(dx), f, _mm256_set1_ps(8.0 * dsj));
+                        acc[$j] = _mm256_fmadd_ps(dw, v, acc[$j]);
+                    }
                 )+
                 // SAFETY: unit `b + 1` starts here; only dereferenced while `b + 1 < nb`.
                 u = u.wrapping_add($unit);
@@ -229,6 +275,50 @@ x8!(
     Q8_UNIT,
     prep_q8,
     sums_q8
+);
+
+const Q4_1_UNIT: usize = crate::quant::repack::Q4_1_UNIT;
+const Q5_1_UNIT: usize = crate::quant::repack::Q5_1_UNIT;
+
+x8!(
+    gemv_q4_1x8,
+    gemv_q4_1x8_impl,
+    1,
+    [0],
+    Q4_1_UNIT,
+    prep_q4_1,
+    sums_q4,
+    mins
+);
+x8!(
+    gemm_q4_1x8,
+    gemm_q4_1x8_impl,
+    X8_N,
+    [0 1 2 3 4 5 6 7],
+    Q4_1_UNIT,
+    prep_q4_1,
+    sums_q4,
+    mins
+);
+x8!(
+    gemv_q5_1x8,
+    gemv_q5_1x8_impl,
+    1,
+    [0],
+    Q5_1_UNIT,
+    prep_q5_1,
+    sums_q5,
+    mins
+);
+x8!(
+    gemm_q5_1x8,
+    gemm_q5_1x8_impl,
+    X8_N,
+    [0 1 2 3 4 5 6 7],
+    Q5_1_UNIT,
+    prep_q5_1,
+    sums_q5,
+    mins
 );
 
 const Q4K_UNIT: usize = crate::quant::repack::Q4K_UNIT;

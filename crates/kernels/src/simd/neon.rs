@@ -309,6 +309,8 @@ fn exp4(x: float32x4_t) -> float32x4_t {
 const Q4_UNIT: usize = 16 + 8 * 16;
 const Q5_UNIT: usize = crate::quant::repack::Q5_0_UNIT;
 const Q8_UNIT: usize = 16 + 8 * 32;
+const Q4_1_UNIT: usize = crate::quant::repack::Q4_1_UNIT;
+const Q5_1_UNIT: usize = crate::quant::repack::Q5_1_UNIT;
 
 /// Integer sums of rows 0..4 and 4..8 of a group for one activation block.
 type Sums = [int32x4_t; 2];
@@ -317,15 +319,16 @@ type Sums = [int32x4_t; 2];
 /// `16 + 4k..` (`w[4 + k]`) for rows 0..4 and 4..8, as unsigned bytes.
 type Prepped = [[int8x16_t; 2]; 8];
 
+/// Q4_0 (`OFF` 16) and Q4_1 (`OFF` 32, after the minimums).
 #[inline]
 #[target_feature(enable = "neon")]
-fn prep_q4(u: *const u8) -> Prepped {
+fn prep_q4_at<const OFF: usize>(u: *const u8) -> Prepped {
     let m4 = vdupq_n_u8(0x0f);
     let mut w = [[vdupq_n_s8(0); 2]; 8];
     for k in 0..4 {
         for h in 0..2 {
-            // SAFETY: a Q4_0 unit holds 128 quant bytes after its 16 scale bytes.
-            let v = unsafe { vld1q_u8(u.add(16 + 32 * k + 16 * h)) };
+            // SAFETY: the unit holds 128 quant bytes from `OFF`.
+            let v = unsafe { vld1q_u8(u.add(OFF + 32 * k + 16 * h)) };
             w[k][h] = vreinterpretq_s8_u8(vandq_u8(v, m4));
             w[4 + k][h] = vreinterpretq_s8_u8(vshrq_n_u8::<4>(v));
         }
@@ -333,17 +336,18 @@ fn prep_q4(u: *const u8) -> Prepped {
     w
 }
 
+/// Q5_0 (`OFF` 16) and Q5_1 (`OFF` 32): 32 bit bytes at `OFF`, then 128 quant bytes.
 #[inline]
 #[target_feature(enable = "neon")]
-fn prep_q5(u: *const u8) -> Prepped {
+fn prep_q5_at<const OFF: usize>(u: *const u8) -> Prepped {
     let (m4, m1) = (vdupq_n_u8(0x0f), vdupq_n_u8(1));
     let mut w = [[vdupq_n_s8(0); 2]; 8];
     for h in 0..2 {
-        // SAFETY: a Q5_0 unit holds 32 bit bytes at 16 and 128 quant bytes at 48.
-        let bits = unsafe { vld1q_u8(u.add(16 + 16 * h)) };
+        // SAFETY: the unit holds 32 bit bytes at `OFF` and 128 quant bytes after them.
+        let bits = unsafe { vld1q_u8(u.add(OFF + 16 * h)) };
         for k in 0..4 {
             // SAFETY: as above.
-            let v = unsafe { vld1q_u8(u.add(48 + 32 * k + 16 * h)) };
+            let v = unsafe { vld1q_u8(u.add(OFF + 32 + 32 * k + 16 * h)) };
             let lo_bit = vandq_u8(vshlq_u8(bits, vdupq_n_s8(-(2 * k as i8))), m1);
             let hi_bit = vandq_u8(vshlq_u8(bits, vdupq_n_s8(-(2 * k as i8 + 1))), m1);
             w[k][h] = vreinterpretq_s8_u8(vorrq_u8(vandq_u8(v, m4), vshlq_n_u8::<4>(lo_bit)));
@@ -352,6 +356,30 @@ fn prep_q5(u: *const u8) -> Prepped {
         }
     }
     w
+}
+
+#[inline]
+#[target_feature(enable = "neon")]
+fn prep_q4(u: *const u8) -> Prepped {
+    prep_q4_at::<16>(u)
+}
+
+#[inline]
+#[target_feature(enable = "neon")]
+fn prep_q4_1(u: *const u8) -> Prepped {
+    prep_q4_at::<32>(u)
+}
+
+#[inline]
+#[target_feature(enable = "neon")]
+fn prep_q5(u: *const u8) -> Prepped {
+    prep_q5_at::<16>(u)
+}
+
+#[inline]
+#[target_feature(enable = "neon")]
+fn prep_q5_1(u: *const u8) -> Prepped {
+    prep_q5_at::<32>(u)
 }
 
 /// Q4_0 / Q5_0: the eight rows' integer sums for the block quants at `q`.
@@ -394,6 +422,13 @@ fn sums_q8<const D: bool>(_w: &(), u: *const u8, q: *const u8) -> Sums {
 /// block column, the weights are prepared once for all activation rows.
 macro_rules! x8 {
     ($name:ident, $impl_name:ident, $rn:expr, $unit:expr, $prep:ident, $sums:ident) => {
+        x8!(@ false, $name, $impl_name, $rn, $unit, $prep, $sums);
+    };
+    // Q4_1 / Q5_1: the rows' minimums follow the scales and multiply `8 ds`.
+    ($name:ident, $impl_name:ident, $rn:expr, $unit:expr, $prep:ident, $sums:ident, mins) => {
+        x8!(@ true, $name, $impl_name, $rn, $unit, $prep, $sums);
+    };
+    (@ $mins:literal, $name:ident, $impl_name:ident, $rn:expr, $unit:expr, $prep:ident, $sums:ident) => {
         /// One eight-row group times activation rows (see the module
         /// docs; `D`: with `SDOT`).
         pub fn $name<const D: bool>(group: &[u8], x: [Q8Row<'_>; $rn]) -> [[f32; 8]; $rn] {
@@ -417,6 +452,8 @@ macro_rules! x8 {
                 let u = unsafe { group.as_ptr().add(b * $unit) };
                 // SAFETY: a unit starts with the 8 rows' f16 scales (16 bytes).
                 let dw = unsafe { load_f16x8(u) };
+                // SAFETY: units of the types with minimums hold them at 16.
+                let mw = if $mins { unsafe { load_f16x8(u.add(16)) } } else { dw };
                 let w = $prep(u);
                 for j in 0..$rn {
                     let r = &x[j];
@@ -425,8 +462,14 @@ macro_rules! x8 {
                     let s = $sums::<D>(&w, u, qj);
                     let (dx, ds8) = (r.d[b], 8.0 * r.ds[b]);
                     for h in 0..2 {
-                        let v = vfmaq_n_f32(vdupq_n_f32(ds8), vcvtq_f32_s32(s[h]), dx);
-                        acc[j][h] = vfmaq_f32(acc[j][h], dw[h], v);
+                        if $mins {
+                            let v = vmulq_n_f32(vcvtq_f32_s32(s[h]), dx);
+                            acc[j][h] = vfmaq_f32(acc[j][h], dw[h], v);
+                            acc[j][h] = vfmaq_n_f32(acc[j][h], mw[h], ds8);
+                        } else {
+                            let v = vfmaq_n_f32(vdupq_n_f32(ds8), vcvtq_f32_s32(s[h]), dx);
+                            acc[j][h] = vfmaq_f32(acc[j][h], dw[h], v);
+                        }
                     }
                 }
             }
@@ -476,4 +519,40 @@ x8!(
     Q8_UNIT,
     prep_q8,
     sums_q8
+);
+x8!(
+    gemv_q4_1x8,
+    gemv_q4_1x8_impl,
+    1,
+    Q4_1_UNIT,
+    prep_q4_1,
+    sums_q45,
+    mins
+);
+x8!(
+    gemm_q4_1x8,
+    gemm_q4_1x8_impl,
+    X8_N,
+    Q4_1_UNIT,
+    prep_q4_1,
+    sums_q45,
+    mins
+);
+x8!(
+    gemv_q5_1x8,
+    gemv_q5_1x8_impl,
+    1,
+    Q5_1_UNIT,
+    prep_q5_1,
+    sums_q45,
+    mins
+);
+x8!(
+    gemm_q5_1x8,
+    gemm_q5_1x8_impl,
+    X8_N,
+    Q5_1_UNIT,
+    prep_q5_1,
+    sums_q45,
+    mins
 );
