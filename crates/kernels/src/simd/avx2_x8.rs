@@ -498,13 +498,19 @@ const Q5K_UNIT: usize = crate::quant::repack_q5k::Q5K_UNIT;
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn values_q5k(u: *const u8, bits: __m256i, c: usize, h: usize, kk: usize) -> [__m256i; 2] {
-    let (m4, m1) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(1));
+    let (m4, m16) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(0x10));
     // SAFETY: 1024 nibble bytes from byte 160 of the unit.
     let q =
         unsafe { _mm256_loadu_si256(u.add(160 + 256 * c + 32 * (4 * h + kk)) as *const __m256i) };
-    let bit = |s: usize| {
-        let b = _mm256_srl_epi16(bits, _mm_cvtsi32_si128(s as i32));
-        _mm256_slli_epi16::<4>(_mm256_and_si256(b, m1))
+    // Bit `pos` of each byte moved to bit 4: one 16-bit shift by at most 4
+    // never carries a bit across the byte boundary into bit 4.
+    let bit = |pos: usize| {
+        let b = if pos <= 4 {
+            _mm256_sll_epi16(bits, _mm_cvtsi32_si128(4 - pos as i32))
+        } else {
+            _mm256_srl_epi16(bits, _mm_cvtsi32_si128(pos as i32 - 4))
+        };
+        _mm256_and_si256(b, m16)
     };
     [
         _mm256_or_si256(_mm256_and_si256(q, m4), bit(2 * kk)),

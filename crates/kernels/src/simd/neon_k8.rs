@@ -79,7 +79,7 @@ unsafe fn step_q45k<const FIVE: bool, const D: bool>(
     bx: *const u8,
     acc: [float32x4_t; 2],
 ) -> [float32x4_t; 2] {
-    let (m4, m1) = (vdupq_n_u8(0x0f), vdupq_n_u8(1));
+    let (m4, m16) = (vdupq_n_u8(0x0f), vdupq_n_u8(0x10));
     // SAFETY: a Q8_K block is d (4 bytes), 256 quants, 16 i16 block sums.
     let (dx, q8) = unsafe { ((bx as *const f32).read_unaligned(), bx.add(4)) };
     let (mut isum, mut msum) = ([vdupq_n_s32(0); 2], [vdupq_n_s32(0); 2]);
@@ -102,7 +102,8 @@ unsafe fn step_q45k<const FIVE: bool, const D: bool>(
                     let bits =
                         unsafe { vld1q_u8(u.add(Q4K_UNIT + 64 * c + 32 * (k / 4) + 16 * h)) };
                     let s = 2 * (k % 4) as i8;
-                    let bit = |s: i8| vshlq_n_u8::<4>(vandq_u8(vshlq_u8(bits, vdupq_n_s8(-s)), m1));
+                    // Bit `s` of each byte moved to bit 4 (byte-wise shift).
+                    let bit = |s: i8| vandq_u8(vshlq_u8(bits, vdupq_n_s8(4 - s)), m16);
                     l = vorrq_u8(l, bit(s));
                     hv = vorrq_u8(hv, bit(s + 1));
                 }
