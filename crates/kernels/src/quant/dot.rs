@@ -160,43 +160,28 @@ pub(crate) fn q8k_parts(b: &[u8]) -> (f32, &[u8], [i32; 16]) {
 /// Q4_K weights · Q8_K activations: per sub-block `d*sc*sum(q4*q8)`, minus
 /// `dmin*m*sum(q8)` taken from the block sums.
 pub fn dot_q4_k_q8_k(w: &[u8], x: &[u8]) -> f32 {
-    let mut sum = 0.0f32;
-    for (bw, bx) in w.chunks_exact(144).zip(x.chunks_exact(Q8_K_BYTES)) {
-        let (dx, q8, bsums) = q8k_parts(bx);
-        let d = read_f16(&bw[0..2]) * dx;
-        let dmin = read_f16(&bw[2..4]) * dx;
-        let scales = &bw[4..16];
-        let qs = &bw[16..144];
-        let (mut total, mut mins) = (0i32, 0i32);
-        for j in 0..8 {
-            let (sc, m) = scale_min_k4(j, scales);
-            let chunk = &qs[32 * (j / 2)..32 * (j / 2) + 32];
-            let mut s = 0i32;
-            for l in 0..32 {
-                let q = if j % 2 == 0 {
-                    chunk[l] & 0x0f
-                } else {
-                    chunk[l] >> 4
-                };
-                s += q as i32 * (q8[32 * j + l] as i8 as i32);
-            }
-            total += sc as i32 * s;
-            mins += m as i32 * (bsums[2 * j] + bsums[2 * j + 1]);
-        }
-        sum += d * total as f32 - dmin * mins as f32;
-    }
-    sum
+    dot_q45_k_q8_k(false, w, x)
 }
 
 /// Q5_K weights · Q8_K activations: Q4_K's sums with the fifth bit (from
 /// `qh`) above each nibble.
 pub fn dot_q5_k_q8_k(w: &[u8], x: &[u8]) -> f32 {
+    dot_q45_k_q8_k(true, w, x)
+}
+
+fn dot_q45_k_q8_k(five: bool, w: &[u8], x: &[u8]) -> f32 {
+    let block = if five { 176 } else { 144 };
     let mut sum = 0.0f32;
-    for (bw, bx) in w.chunks_exact(176).zip(x.chunks_exact(Q8_K_BYTES)) {
+    for (bw, bx) in w.chunks_exact(block).zip(x.chunks_exact(Q8_K_BYTES)) {
         let (dx, q8, bsums) = q8k_parts(bx);
         let d = read_f16(&bw[0..2]) * dx;
         let dmin = read_f16(&bw[2..4]) * dx;
-        let (scales, qh, qs) = (&bw[4..16], &bw[16..48], &bw[48..176]);
+        let scales = &bw[4..16];
+        let (qh, qs) = if five {
+            (&bw[16..48], &bw[48..176])
+        } else {
+            (&[0u8; 32][..], &bw[16..144])
+        };
         let (mut total, mut mins) = (0i32, 0i32);
         for j in 0..8 {
             let (sc, m) = scale_min_k4(j, scales);

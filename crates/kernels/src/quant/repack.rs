@@ -59,12 +59,31 @@ pub fn repack_x8(ty: GgmlType, data: &[u8], rows: usize, cols: usize) -> Option<
     }
     let unit = x8_unit(ty)?;
     let qbytes = (unit - 16) / 8;
-    let block = qbytes + 2;
-    let nb = cols / 32;
-    if !rows.is_multiple_of(8)
-        || !cols.is_multiple_of(32)
+    repack_with(data, rows, cols, (32, qbytes + 2, unit), |u, r, blk| {
+        u[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
+        for k in 0..qbytes / 4 {
+            u[16 + 32 * k + 4 * r..][..4].copy_from_slice(&blk[2 + 4 * k..6 + 4 * k]);
+        }
+    })
+}
+
+/// The frame every x8 repacking shares: checks the shape (`rows` a
+/// non-zero multiple of 8, `cols` of the block's `qk` elements, `data`
+/// exactly the rows of `block`-byte blocks), then calls `fill(u, r, blk)`
+/// for each `unit`-byte unit `u` of each group, each row `r < 8` of the
+/// group and that row's block `blk` of the unit's column.
+pub(crate) fn repack_with(
+    data: &[u8],
+    rows: usize,
+    cols: usize,
+    (qk, block, unit): (usize, usize, usize),
+    fill: impl Fn(&mut [u8], usize, &[u8]),
+) -> Option<Vec<u8>> {
+    let nb = cols / qk;
+    if rows == 0
+        || !rows.is_multiple_of(8)
+        || !cols.is_multiple_of(qk)
         || data.len() != rows * nb * block
-        || rows == 0
     {
         return None;
     }
@@ -73,11 +92,7 @@ pub fn repack_x8(ty: GgmlType, data: &[u8], rows: usize, cols: usize) -> Option<
     for (g, group) in out.chunks_exact_mut(nb * unit).enumerate() {
         for (b, u) in group.chunks_exact_mut(unit).enumerate() {
             for r in 0..8 {
-                let blk = &data[(8 * g + r) * row_bytes + block * b..][..block];
-                u[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
-                for k in 0..qbytes / 4 {
-                    u[16 + 32 * k + 4 * r..][..4].copy_from_slice(&blk[2 + 4 * k..6 + 4 * k]);
-                }
+                fill(u, r, &data[(8 * g + r) * row_bytes + block * b..][..block]);
             }
         }
     }
@@ -93,30 +108,14 @@ pub const Q5_0_UNIT: usize = 16 + 32 + 128;
 /// Repacks Q5_0 rows into eight-row groups; `None` on the shapes
 /// [`repack_x8`] refuses.
 pub fn repack_q5_0x8(data: &[u8], rows: usize, cols: usize) -> Option<Vec<u8>> {
-    let nb = cols / 32;
-    if !rows.is_multiple_of(8)
-        || !cols.is_multiple_of(32)
-        || data.len() != rows * nb * 22
-        || rows == 0
-    {
-        return None;
-    }
-    let row_bytes = nb * 22;
-    let mut out = vec![0u8; rows / 8 * nb * Q5_0_UNIT];
-    for (g, group) in out.chunks_exact_mut(nb * Q5_0_UNIT).enumerate() {
-        for (b, u) in group.chunks_exact_mut(Q5_0_UNIT).enumerate() {
-            for r in 0..8 {
-                let blk = &data[(8 * g + r) * row_bytes + 22 * b..][..22];
-                u[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
-                let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
-                u[16 + 4 * r..20 + 4 * r].copy_from_slice(&fifth_bits(qh));
-                for k in 0..4 {
-                    u[48 + 32 * k + 4 * r..][..4].copy_from_slice(&blk[6 + 4 * k..10 + 4 * k]);
-                }
-            }
+    repack_with(data, rows, cols, (32, 22, Q5_0_UNIT), |u, r, blk| {
+        u[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
+        let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
+        u[16 + 4 * r..20 + 4 * r].copy_from_slice(&fifth_bits(qh));
+        for k in 0..4 {
+            u[48 + 32 * k + 4 * r..][..4].copy_from_slice(&blk[6 + 4 * k..10 + 4 * k]);
         }
-    }
-    Some(out)
+    })
 }
 
 /// A Q5_0/Q5_1 block's fifth bits `qh` as a row's four bytes of the x8
@@ -144,37 +143,20 @@ fn repack_q_1x8(five: bool, data: &[u8], rows: usize, cols: usize) -> Option<Vec
     } else {
         (20, Q4_1_UNIT)
     };
-    let nb = cols / 32;
-    if !rows.is_multiple_of(8)
-        || !cols.is_multiple_of(32)
-        || data.len() != rows * nb * block
-        || rows == 0
-    {
-        return None;
-    }
-    let row_bytes = nb * block;
-    let mut out = vec![0u8; rows / 8 * nb * unit];
-    for (g, group) in out.chunks_exact_mut(nb * unit).enumerate() {
-        for (b, u) in group.chunks_exact_mut(unit).enumerate() {
-            for r in 0..8 {
-                let blk = &data[(8 * g + r) * row_bytes + block * b..][..block];
-                u[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
-                u[16 + 2 * r..18 + 2 * r].copy_from_slice(&blk[2..4]);
-                let quants = if five {
-                    let qh = u32::from_le_bytes([blk[4], blk[5], blk[6], blk[7]]);
-                    u[32 + 4 * r..36 + 4 * r].copy_from_slice(&fifth_bits(qh));
-                    64
-                } else {
-                    32
-                };
-                for k in 0..4 {
-                    u[quants + 32 * k + 4 * r..][..4]
-                        .copy_from_slice(&blk[block - 16 + 4 * k..][..4]);
-                }
-            }
+    repack_with(data, rows, cols, (32, block, unit), |u, r, blk| {
+        u[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
+        u[16 + 2 * r..18 + 2 * r].copy_from_slice(&blk[2..4]);
+        let quants = if five {
+            let qh = u32::from_le_bytes([blk[4], blk[5], blk[6], blk[7]]);
+            u[32 + 4 * r..36 + 4 * r].copy_from_slice(&fifth_bits(qh));
+            64
+        } else {
+            32
+        };
+        for k in 0..4 {
+            u[quants + 32 * k + 4 * r..][..4].copy_from_slice(&blk[block - 16 + 4 * k..][..4]);
         }
-    }
-    Some(out)
+    })
 }
 
 /// One eight-row Q4_1 group times one activation row whose `ds` terms were
@@ -265,66 +247,32 @@ pub const Q4K_UNIT: usize = 32 + 128 + 1024;
 /// Repacks Q4_K rows into eight-row groups (see the module docs); `None`
 /// unless `rows % 8 == 0` and `data` holds exactly the rows.
 pub fn repack_q4_kx8(data: &[u8], rows: usize, cols: usize) -> Option<Vec<u8>> {
-    let nb = cols / 256;
-    if !rows.is_multiple_of(8)
-        || !cols.is_multiple_of(256)
-        || data.len() != rows * nb * 144
-        || rows == 0
-    {
-        return None;
+    repack_with(data, rows, cols, (256, 144, Q4K_UNIT), |u, r, blk| {
+        fill_q4k(u, r, &blk[..16], &blk[16..144])
+    })
+}
+
+/// Row `r`'s part of a Q4_K unit (or of the Q4_K part of a Q5_K one) from
+/// the block's `d`, `dmin` and packed scales (`head`, 16 bytes) and its 128
+/// nibble bytes `qs`.
+pub(crate) fn fill_q4k(u: &mut [u8], r: usize, head: &[u8], qs: &[u8]) {
+    u[2 * r..2 * r + 2].copy_from_slice(&head[..2]);
+    u[16 + 2 * r..18 + 2 * r].copy_from_slice(&head[2..4]);
+    for j in 0..8 {
+        let (sc, m) = super::kquants::scale_min_k4(j, &head[4..16]);
+        u[32 + 8 * j + r] = sc;
+        u[96 + 8 * j + r] = m;
     }
-    let row_bytes = nb * 144;
-    let mut out = vec![0u8; rows / 8 * nb * Q4K_UNIT];
-    for (g, group) in out.chunks_exact_mut(nb * Q4K_UNIT).enumerate() {
-        for (b, u) in group.chunks_exact_mut(Q4K_UNIT).enumerate() {
-            for r in 0..8 {
-                let blk = &data[(8 * g + r) * row_bytes + 144 * b..][..144];
-                u[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
-                u[16 + 2 * r..18 + 2 * r].copy_from_slice(&blk[2..4]);
-                for j in 0..8 {
-                    let (sc, m) = super::kquants::scale_min_k4(j, &blk[4..16]);
-                    u[32 + 8 * j + r] = sc;
-                    u[96 + 8 * j + r] = m;
-                }
-                for c in 0..4 {
-                    for k in 0..8 {
-                        u[160 + 256 * c + 32 * k + 4 * r..][..4]
-                            .copy_from_slice(&blk[16 + 32 * c + 4 * k..][..4]);
-                    }
-                }
-            }
+    for c in 0..4 {
+        for k in 0..8 {
+            u[160 + 256 * c + 32 * k + 4 * r..][..4].copy_from_slice(&qs[32 * c + 4 * k..][..4]);
         }
     }
-    Some(out)
 }
 
 /// One eight-row Q4_K group times one Q8_K activation row.
 pub fn dot_q4_kx8(group: &[u8], x: &[u8]) -> [f32; 8] {
-    use super::dot::{q8k_parts, Q8_K_BYTES};
-    let mut acc = [0f32; 8];
-    for (u, bx) in group.chunks_exact(Q4K_UNIT).zip(x.chunks_exact(Q8_K_BYTES)) {
-        let (dx, q8, bsums) = q8k_parts(bx);
-        for (r, a) in acc.iter_mut().enumerate() {
-            let (mut total, mut mins) = (0i32, 0i32);
-            for j in 0..8 {
-                let (c, high) = (j / 2, j % 2 == 1);
-                let mut s = 0i32;
-                for k in 0..8 {
-                    for e in 0..4 {
-                        let byte = u[160 + 256 * c + 32 * k + 4 * r + e];
-                        let q = if high { byte >> 4 } else { byte & 0x0f };
-                        s += q as i32 * q8[32 * j + 4 * k + e] as i8 as i32;
-                    }
-                }
-                total += u[32 + 8 * j + r] as i32 * s;
-                mins += u[96 + 8 * j + r] as i32 * (bsums[2 * j] + bsums[2 * j + 1]);
-            }
-            let d = super::read_f16(&u[2 * r..2 * r + 2]) * dx;
-            let dmin = super::read_f16(&u[16 + 2 * r..18 + 2 * r]) * dx;
-            *a += d * total as f32 - dmin * mins as f32;
-        }
-    }
-    acc
+    super::repack_q5k::dot_q45_kx8(false, group, x)
 }
 
 /// [`repack_x8`] for Q4_0.

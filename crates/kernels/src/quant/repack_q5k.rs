@@ -9,9 +9,8 @@
 //! (its high nibble). 180 bytes per row and block against the file's 176.
 
 use super::dot::{q8k_parts, Q8_K_BYTES};
-use super::kquants::scale_min_k4;
 use super::read_f16;
-use super::repack::Q4K_UNIT;
+use super::repack::{fill_q4k, repack_with, Q4K_UNIT};
 
 /// Bytes of one 256-column block of one eight-row Q5_K group.
 pub const Q5K_UNIT: usize = Q4K_UNIT + 256;
@@ -22,71 +21,55 @@ const BLOCK: usize = 176;
 /// Repacks Q5_K rows; `None` unless `rows % 8 == 0`, `cols % 256 == 0` and
 /// `data` holds exactly the rows.
 pub fn repack_q5_kx8(data: &[u8], rows: usize, cols: usize) -> Option<Vec<u8>> {
-    let nb = cols / 256;
-    if !rows.is_multiple_of(8)
-        || !cols.is_multiple_of(256)
-        || data.len() != rows * nb * BLOCK
-        || rows == 0
-    {
-        return None;
-    }
-    let row_bytes = nb * BLOCK;
-    let mut out = vec![0u8; rows / 8 * nb * Q5K_UNIT];
-    for (g, group) in out.chunks_exact_mut(nb * Q5K_UNIT).enumerate() {
-        for (b, u) in group.chunks_exact_mut(Q5K_UNIT).enumerate() {
-            for r in 0..8 {
-                let blk = &data[(8 * g + r) * row_bytes + BLOCK * b..][..BLOCK];
-                let (scales, qh, qs) = (&blk[4..16], &blk[16..48], &blk[48..176]);
-                u[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
-                u[16 + 2 * r..18 + 2 * r].copy_from_slice(&blk[2..4]);
-                for j in 0..8 {
-                    let (sc, m) = scale_min_k4(j, scales);
-                    u[32 + 8 * j + r] = sc;
-                    u[96 + 8 * j + r] = m;
-                }
-                for c in 0..4 {
-                    for k in 0..8 {
-                        u[160 + 256 * c + 32 * k + 4 * r..][..4]
-                            .copy_from_slice(&qs[32 * c + 4 * k..][..4]);
-                        let (h, kk) = (k / 4, k % 4);
-                        for e in 0..4 {
-                            // qh[l] bit 2c: element 64c + l; bit 2c + 1: element 64c + 32 + l.
-                            let l = 4 * k + e;
-                            let lo = (qh[l] >> (2 * c)) & 1;
-                            let hi = (qh[l] >> (2 * c + 1)) & 1;
-                            u[Q4K_UNIT + 64 * c + 32 * h + 4 * r + e] |=
-                                (lo << (2 * kk)) | (hi << (2 * kk + 1));
-                        }
-                    }
+    repack_with(data, rows, cols, (256, BLOCK, Q5K_UNIT), |u, r, blk| {
+        let (qh, qs) = (&blk[16..48], &blk[48..176]);
+        fill_q4k(u, r, &blk[..16], qs);
+        for c in 0..4 {
+            for k in 0..8 {
+                let (h, kk) = (k / 4, k % 4);
+                for e in 0..4 {
+                    // qh[l] bit 2c: element 64c + l; bit 2c + 1: element 64c + 32 + l.
+                    let l = 4 * k + e;
+                    let lo = (qh[l] >> (2 * c)) & 1;
+                    let hi = (qh[l] >> (2 * c + 1)) & 1;
+                    u[Q4K_UNIT + 64 * c + 32 * h + 4 * r + e] |=
+                        (lo << (2 * kk)) | (hi << (2 * kk + 1));
                 }
             }
         }
-    }
-    Some(out)
+    })
 }
 
-/// The five-bit value of row `r`'s element `64c + 32 * high + 4k + e` in a unit.
-fn value(u: &[u8], r: usize, c: usize, high: bool, k: usize, e: usize) -> u8 {
+/// The value of row `r`'s element `64c + 32 * high + 4k + e` in a Q4_K unit,
+/// or with `five` a Q5_K one (the fifth bit above the nibble).
+fn value(five: bool, u: &[u8], r: usize, (c, high): (usize, bool), k: usize, e: usize) -> u8 {
     let byte = u[160 + 256 * c + 32 * k + 4 * r + e];
-    let bits = u[Q4K_UNIT + 64 * c + 32 * (k / 4) + 4 * r + e];
-    let bit = (bits >> (2 * (k % 4) + high as usize)) & 1;
     let nibble = if high { byte >> 4 } else { byte & 0x0f };
-    nibble | (bit << 4)
+    if !five {
+        return nibble;
+    }
+    let bits = u[Q4K_UNIT + 64 * c + 32 * (k / 4) + 4 * r + e];
+    nibble | (((bits >> (2 * (k % 4) + high as usize)) & 1) << 4)
 }
 
 /// One eight-row Q5_K group times one Q8_K activation row.
 pub fn dot_q5_kx8(group: &[u8], x: &[u8]) -> [f32; 8] {
+    dot_q45_kx8(true, group, x)
+}
+
+/// One eight-row Q4_K (or, with `five`, Q5_K) group times one Q8_K activation row.
+pub(crate) fn dot_q45_kx8(five: bool, group: &[u8], x: &[u8]) -> [f32; 8] {
+    let unit = if five { Q5K_UNIT } else { Q4K_UNIT };
     let mut acc = [0f32; 8];
-    for (u, bx) in group.chunks_exact(Q5K_UNIT).zip(x.chunks_exact(Q8_K_BYTES)) {
+    for (u, bx) in group.chunks_exact(unit).zip(x.chunks_exact(Q8_K_BYTES)) {
         let (dx, q8, bsums) = q8k_parts(bx);
         for (r, a) in acc.iter_mut().enumerate() {
             let (mut total, mut mins) = (0i32, 0i32);
             for j in 0..8 {
-                let (c, high) = (j / 2, j % 2 == 1);
                 let mut s = 0i32;
                 for k in 0..8 {
                     for e in 0..4 {
-                        let q = value(u, r, c, high, k, e);
+                        let q = value(five, u, r, (j / 2, j % 2 == 1), k, e);
                         s += q as i32 * q8[32 * j + 4 * k + e] as i8 as i32;
                     }
                 }

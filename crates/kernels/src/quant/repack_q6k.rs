@@ -8,6 +8,7 @@
 
 use super::dot::{q8k_parts, Q8_K_BYTES};
 use super::read_f16;
+use super::repack::repack_with;
 
 /// Bytes of one 256-column block of one eight-row Q6_K group.
 pub const Q6K_UNIT: usize = 16 + 128 + 2048;
@@ -15,45 +16,29 @@ pub const Q6K_UNIT: usize = 16 + 128 + 2048;
 /// Repacks Q6_K rows; `None` unless `rows % 8 == 0`, `cols % 256 == 0` and
 /// `data` holds exactly the rows.
 pub fn repack_q6_kx8(data: &[u8], rows: usize, cols: usize) -> Option<Vec<u8>> {
-    let nb = cols / 256;
-    if !rows.is_multiple_of(8)
-        || !cols.is_multiple_of(256)
-        || data.len() != rows * nb * 210
-        || rows == 0
-    {
-        return None;
-    }
-    let row_bytes = nb * 210;
-    let mut out = vec![0u8; rows / 8 * nb * Q6K_UNIT];
-    for (g, group) in out.chunks_exact_mut(nb * Q6K_UNIT).enumerate() {
-        for (b, u) in group.chunks_exact_mut(Q6K_UNIT).enumerate() {
-            for r in 0..8 {
-                let bw = &data[(8 * g + r) * row_bytes + 210 * b..][..210];
-                let (ql, qh, sc) = (&bw[0..128], &bw[128..192], &bw[192..208]);
-                u[2 * r..2 * r + 2].copy_from_slice(&bw[208..210]);
-                for (j, &s) in sc.iter().enumerate() {
-                    u[16 + 8 * j + r] = s;
-                }
-                let mut q6 = [0u8; 256];
-                for h in 0..2 {
-                    for l in 0..32 {
-                        let (a, c, hb) = (ql[64 * h + l], ql[64 * h + 32 + l], qh[32 * h + l]);
-                        q6[128 * h + l] = (a & 0xf) | ((hb & 3) << 4);
-                        q6[128 * h + 32 + l] = (c & 0xf) | (((hb >> 2) & 3) << 4);
-                        q6[128 * h + 64 + l] = (a >> 4) | (((hb >> 4) & 3) << 4);
-                        q6[128 * h + 96 + l] = (c >> 4) | (((hb >> 6) & 3) << 4);
-                    }
-                }
-                for s in 0..8 {
-                    for k in 0..8 {
-                        u[144 + 256 * s + 32 * k + 4 * r..][..4]
-                            .copy_from_slice(&q6[32 * s + 4 * k..32 * s + 4 * k + 4]);
-                    }
-                }
+    repack_with(data, rows, cols, (256, 210, Q6K_UNIT), |u, r, bw| {
+        let (ql, qh, sc) = (&bw[0..128], &bw[128..192], &bw[192..208]);
+        u[2 * r..2 * r + 2].copy_from_slice(&bw[208..210]);
+        for (j, &s) in sc.iter().enumerate() {
+            u[16 + 8 * j + r] = s;
+        }
+        let mut q6 = [0u8; 256];
+        for h in 0..2 {
+            for l in 0..32 {
+                let (a, c, hb) = (ql[64 * h + l], ql[64 * h + 32 + l], qh[32 * h + l]);
+                q6[128 * h + l] = (a & 0xf) | ((hb & 3) << 4);
+                q6[128 * h + 32 + l] = (c & 0xf) | (((hb >> 2) & 3) << 4);
+                q6[128 * h + 64 + l] = (a >> 4) | (((hb >> 4) & 3) << 4);
+                q6[128 * h + 96 + l] = (c >> 4) | (((hb >> 6) & 3) << 4);
             }
         }
-    }
-    Some(out)
+        for s in 0..8 {
+            for k in 0..8 {
+                u[144 + 256 * s + 32 * k + 4 * r..][..4]
+                    .copy_from_slice(&q6[32 * s + 4 * k..32 * s + 4 * k + 4]);
+            }
+        }
+    })
 }
 
 /// One eight-row Q6_K group times one Q8_K activation row.
