@@ -521,8 +521,13 @@ mod tests {
         assert_eq!(tiers.first(), Some(&Isa::Scalar));
         assert_eq!(tiers.last(), Some(&supported()));
         assert!(tiers.windows(2).all(|w| w[0] < w[1]));
+        // The table of the best tier is that tier's, except that AVX-512
+        // resolves to the AVX2 kernels until it has its own.
         let table = Kernels::for_isa(supported());
-        assert_eq!(table.isa, supported());
+        assert!(tiers.contains(&table.isa), "{:?}", table.isa);
+        if supported() != Isa::Avx512 {
+            assert_eq!(table.isa, supported());
+        }
         if let Ok(want) = std::env::var("HASTEN_EXPECT_ISA") {
             assert_eq!(supported().name(), want.trim());
         }
