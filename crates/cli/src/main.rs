@@ -85,12 +85,15 @@ fn main() {
     }
 }
 
-/// Validates a `--threads` value (0 means one per core).
+/// Validates a `--threads` value (0 means one per core) and sizes the
+/// kernel pool to it (never to all cores when fewer were asked for).
 pub(crate) fn threads(n: usize) -> anyhow::Result<hasten_kernels::threads::Threads> {
-    use hasten_kernels::threads::Threads;
-    Ok(if n == 0 {
+    use hasten_kernels::threads::{init_pool, Threads};
+    let t = if n == 0 {
         Threads::available()
     } else {
         Threads::new(n)?
-    })
+    };
+    init_pool(t);
+    Ok(t)
 }

@@ -3,14 +3,11 @@
 //! drains in-flight requests on SIGINT/SIGTERM.
 
 use anyhow::{Context, Result};
-use hasten_engine::{Engine, EngineConfig};
-use hasten_model::chat::{ChatTemplate, FALLBACK_TEMPLATE};
-use hasten_model::loader::load;
+use hasten_engine::EngineOptions;
 use hasten_server::params::ServerLimits;
-use hasten_server::serve::{serve, shutdown_signal, ServeOptions};
+use hasten_server::serve::{serve, shutdown_signal, LoadError, ServeOptions};
 use hasten_server::{Backend, ServerConfig, Shared};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(clap::Args)]
@@ -121,51 +118,22 @@ pub fn main(a: Args) -> Result<()> {
         shutdown_timeout: secs(a.shutdown_timeout, "shutdown-timeout")?,
     };
     let (model, served) = (a.model.clone(), a.served_model_name.clone());
-    let (kv_mib, max_running, max_waiting, itl, prefix) = (
-        a.kv_cache_mib,
-        a.max_running,
-        a.max_waiting,
-        Duration::from_millis(a.itl_target_ms),
-        !a.no_prefix_cache,
-    );
-    let loader = move || -> std::result::Result<Backend, String> {
+    let engine = EngineOptions {
+        kv_bytes: a.kv_cache_mib << 20,
+        max_running: a.max_running,
+        max_waiting: a.max_waiting,
+        itl_target: Duration::from_millis(a.itl_target_ms),
+        prefix_cache: !a.no_prefix_cache,
+        threads,
+    };
+    let loader = move || -> std::result::Result<Backend, LoadError> {
         // Resolving may download (hf:): the server already listens, /ready is 503.
-        let (path, default_name) =
-            crate::models::resolve(model.as_deref()).map_err(|e| format!("{e:#}"))?;
-        let name = served.unwrap_or(default_name);
-        let t0 = std::time::Instant::now();
-        let lm = load(&path).map_err(|e| format!("loading {}: {e}", path.display()))?;
-        let template = match lm.template {
-            Some(t) => t,
-            None => ChatTemplate::new(FALLBACK_TEMPLATE, "", "").map_err(|e| e.to_string())?,
-        };
-        // No more than every running sequence at full context, twice over
-        // (the rest is prefix cache): small models need not touch a GiB.
-        let kv_tokens = EngineConfig::kv_tokens_for_bytes(&lm.model, kv_mib << 20)
-            .min(2 * max_running * lm.model.config.context_length);
-        let mut ec = EngineConfig::new(kv_tokens, threads);
-        ec.max_running = max_running;
-        ec.max_step_tokens = ec.max_step_tokens.max(max_running);
-        ec.max_waiting = max_waiting;
-        ec.itl_target = itl;
-        ec.prefix_cache = prefix;
-        let tokenizer = Arc::new(lm.tokenizer);
-        let engine_layers = lm.model.config.n_layers;
-        let engine =
-            Engine::start(Arc::new(lm.model), tokenizer.clone(), ec).map_err(|e| e.to_string())?;
-        let limits = engine.limits();
-        eprintln!(
-            "hasten serve: model {name} ({}, {:.1} MB, {} layers, context {}) loaded in {:.0} ms; KV cache {} tokens; {} threads, {} kernels",
-            path.display(),
-            lm.file_bytes as f64 / 1e6,
-            engine_layers,
-            limits.context_length,
-            t0.elapsed().as_secs_f64() * 1e3,
-            limits.kv_tokens,
-            threads.get(),
-            hasten_kernels::cpu::isa().name(),
-        );
-        Ok(Backend::new(engine, tokenizer, template, name))
+        let (path, default_name) = crate::models::resolve(model.as_deref())?;
+        Ok(Backend::load(
+            &path,
+            served.unwrap_or(default_name),
+            &engine,
+        )?)
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -180,8 +148,6 @@ pub fn main(a: Args) -> Result<()> {
         let local = listener.local_addr()?;
         // Scripts wait for this line to learn the port (with --port 0).
         eprintln!("hasten serve: listening on http://{local}");
-        serve(Shared::new(cfg), listener, opts, loader, shutdown_signal())
-            .await
-            .map_err(anyhow::Error::msg)
+        Ok(serve(Shared::new(cfg), listener, opts, loader, shutdown_signal()).await?)
     })
 }

@@ -1,10 +1,17 @@
 //! `hasten synth`: write a model of a real architecture's shape with seeded
 //! random weights, so benchmarks and tests need no download.
 
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, Context, Result};
 use hasten_kernels::GgmlType;
+use hasten_model::gguf::GgufFile;
 use hasten_model::testing::Fixture;
 use std::path::PathBuf;
+
+/// The default vocabulary, built into the binary so `hasten synth` works in
+/// any directory: llama.cpp's `ggml-vocab-llama-spm.gguf` (the 32000-token
+/// Llama 2 / TinyLlama SentencePiece vocabulary, MIT; `testdata/`).
+const LLAMA_SPM_VOCAB: &[u8] =
+    include_bytes!("../../../testdata/tokenizer/ggml-vocab-llama-spm.gguf");
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -22,7 +29,8 @@ pub struct Args {
     tied: bool,
     #[arg(long, default_value_t = 42)]
     seed: u64,
-    /// Vocab-only GGUF whose tokenizer the model carries.
+    /// Vocab-only GGUF whose tokenizer the model carries (default: the
+    /// built-in 32000-token llama-spm vocabulary).
     #[arg(long)]
     vocab: Option<PathBuf>,
     /// Where to write the model (`.gguf`), or a directory for `--safetensors`.
@@ -43,13 +51,15 @@ pub fn main(a: Args) -> Result<()> {
     if a.safetensors {
         fx.write_safetensors(&a.output)?;
     } else {
-        let testdata = std::env::var_os("HASTEN_TESTDATA")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("../shared/testdata"));
-        let vocab = a
-            .vocab
-            .unwrap_or_else(|| testdata.join("tokenizer/ggml-vocab-llama-spm.gguf"));
-        fx.write_gguf(&vocab, &a.output)?;
+        let vocab = match &a.vocab {
+            Some(p) => {
+                GgufFile::open(p).with_context(|| format!("reading --vocab {}", p.display()))?
+            }
+            None => {
+                GgufFile::from_bytes("built-in llama-spm vocabulary", LLAMA_SPM_VOCAB.to_vec())?
+            }
+        };
+        fx.write_gguf_with(&vocab, &a.output)?;
     }
     eprintln!("wrote {}", a.output.display());
     Ok(())

@@ -75,6 +75,33 @@ impl EngineConfig {
         bytes / model.config.kv_bytes_per_token().max(1)
     }
 
+    /// A serving engine for `model` sized from an operator's choices: the
+    /// KV cache takes `kv_bytes` at most, and no more than every running
+    /// sequence at full context twice over (the rest is prefix cache), so
+    /// small models need not touch a GiB.
+    pub fn for_model(model: &Model, o: &EngineOptions) -> Self {
+        let kv_tokens = Self::kv_tokens_for_bytes(model, o.kv_bytes)
+            .min(2 * o.max_running * model.config.context_length);
+        let mut ec = EngineConfig::new(kv_tokens, o.threads);
+        ec.max_running = o.max_running;
+        ec.max_step_tokens = ec.max_step_tokens.max(o.max_running);
+        ec.max_waiting = o.max_waiting;
+        ec.itl_target = o.itl_target;
+        ec.prefix_cache = o.prefix_cache;
+        ec
+    }
+
+    /// One request at a time with room for `tokens` positions (`hasten
+    /// run`): the same step as a server's, without a prefix cache.
+    pub fn single(tokens: usize, threads: Threads) -> Self {
+        EngineConfig {
+            max_running: 1,
+            max_waiting: 1,
+            prefix_cache: false,
+            ..EngineConfig::new(tokens, threads)
+        }
+    }
+
     pub fn kv_blocks(&self) -> usize {
         self.kv_tokens.div_ceil(self.block_size)
     }
@@ -91,6 +118,34 @@ impl EngineConfig {
             return bad("max_step_tokens must be at least max_running");
         }
         Ok(())
+    }
+}
+
+/// What an operator chooses for a serving engine (`hasten serve`'s flags);
+/// [`EngineConfig::for_model`] turns it into a config for one model.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// KV cache size in bytes at most.
+    pub kv_bytes: usize,
+    pub max_running: usize,
+    pub max_waiting: usize,
+    pub itl_target: Duration,
+    pub prefix_cache: bool,
+    pub threads: Threads,
+}
+
+impl EngineOptions {
+    /// `hasten serve`'s defaults: 1 GiB of KV, 16 running, 64 waiting, a
+    /// 50 ms ITL target, the prefix cache on.
+    pub fn new(threads: Threads) -> Self {
+        EngineOptions {
+            kv_bytes: 1 << 30,
+            max_running: 16,
+            max_waiting: 64,
+            itl_target: Duration::from_millis(50),
+            prefix_cache: true,
+            threads,
+        }
     }
 }
 

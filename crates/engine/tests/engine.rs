@@ -20,11 +20,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 fn testdata() -> PathBuf {
-    std::env::var_os("HASTEN_TESTDATA")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/testdata")
-        })
+    hasten_model::testing::testdata_dir()
 }
 
 /// The tiny fixture (dim 256, 2 layers, 32000 vocab, context 512), loaded once.

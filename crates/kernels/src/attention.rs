@@ -10,26 +10,8 @@
 //! widened to f32; scores, softmax and the weighted sum accumulate in f32.
 
 use crate::ops::softmax;
-use half::f16;
-
-/// One layer's K and V block pools and their geometry.
-#[derive(Debug, Clone, Copy)]
-pub struct PagedKv<'a> {
-    pub k: &'a [f16],
-    pub v: &'a [f16],
-    pub block_size: usize,
-    pub n_kv_heads: usize,
-    pub head_dim: usize,
-}
-
-impl PagedKv<'_> {
-    /// Offset of token slot `pos` for a sequence with block table `table`.
-    #[inline]
-    pub fn slot_offset(&self, table: &[u32], pos: usize) -> usize {
-        let slot = table[pos / self.block_size] as usize * self.block_size + pos % self.block_size;
-        slot * self.n_kv_heads * self.head_dim
-    }
-}
+use crate::quant::dot::{axpy_f16, dot_f32_f16};
+pub use crate::rows::{HeadView, PagedKv};
 
 /// Attention of query `q` (`n_heads * head_dim`) over positions `0..n_ctx`
 /// of the sequence whose blocks are `table`. `scores` must hold `n_ctx`
@@ -62,6 +44,7 @@ pub fn attend(
 
 /// One head of [`attend`]: `q` and `out` are that head's `head_dim` values.
 /// Heads are independent, so callers may run them on different threads.
+/// Pure scalar (the reference every tier's tile is tested against).
 pub fn attend_head(
     q: &[f32],
     head: usize,
@@ -76,29 +59,16 @@ pub fn attend_head(
     let hd = kv.head_dim;
     let kvh = head / (n_heads / kv.n_kv_heads);
     let scores = &mut scores[..n_ctx];
-    let k = crate::cpu::kernels();
     for (p, s) in scores.iter_mut().enumerate() {
         let off = kv.slot_offset(table, p) + kvh * hd;
-        *s = (k.kv_dot)(q, &kv.k[off..off + hd]) * scale;
+        *s = dot_f32_f16(q, &kv.k[off..off + hd]) * scale;
     }
     softmax(scores);
     out.fill(0.0);
     for (p, &w) in scores.iter().enumerate() {
         let off = kv.slot_offset(table, p) + kvh * hd;
-        (k.kv_axpy)(out, w, &kv.v[off..off + hd]);
+        axpy_f16(out, w, &kv.v[off..off + hd]);
     }
-}
-
-/// One KV head of one sequence's cache, as attention reads it.
-#[derive(Debug, Clone, Copy)]
-pub struct HeadView<'a> {
-    pub kv: PagedKv<'a>,
-    /// The sequence's block table.
-    pub table: &'a [u32],
-    /// Which KV head.
-    pub kvh: usize,
-    /// Score scale, usually `1 / sqrt(head_dim)`.
-    pub scale: f32,
 }
 
 /// Length of the `scores` buffer [`attend_tile`] needs for `t` tokens of
@@ -157,6 +127,7 @@ pub fn attend_tile_reference(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use half::f16;
 
     #[test]
     fn tile_attention_matches_per_head_attention_on_every_tier() {

@@ -10,6 +10,10 @@
 //! on the tier per call.
 
 use crate::quant::GgmlType;
+use crate::rows::{
+    AttendTile, F16Dot, K8Gemm, K8Gemv, Q8Row, QuantDot, QuantizeRow, Tile1, TileN, X8Gemm, X8Gemv,
+    X8_N,
+};
 use std::sync::OnceLock;
 
 /// Instruction-set tiers, lowest first. Tiers of different architectures
@@ -116,58 +120,6 @@ pub fn isa() -> Isa {
     })
 }
 
-/// Dot product of one quantized weight row with one quantized activation
-/// row (both whole blocks of the same length).
-pub type QuantDot = fn(w: &[u8], x: &[u8]) -> f32;
-/// Activation rows per register tile in batched products (prefill, batched decode).
-pub const TILE_N: usize = 3;
-
-/// One activation row quantized for the 32-element weight types: its Q8_0
-/// blocks (34 bytes each), and per block the scale `d` as f32 and
-/// `ds = -o * d * sum(quants) / 8`, which carries the zero offset `o` of the
-/// weight type (Q4_0: 8, Q5_0: 16, Q8_0: 0); see [`zero_offset`].
-#[derive(Clone, Copy, Debug)]
-pub struct Q8Row<'a> {
-    pub q: &'a [u8],
-    pub d: &'a [f32],
-    pub ds: &'a [f32],
-}
-
-/// The offset subtracted from the stored unsigned quants of a 32-element
-/// weight type (0 for signed types). Q4_1 and Q5_1 add a per-block minimum
-/// `m` instead: their -1 makes `8 ds = d * sum(quants)`, the factor of `m`.
-pub fn zero_offset(ty: GgmlType) -> f32 {
-    match ty {
-        GgmlType::Q4_0 => 8.0,
-        GgmlType::Q5_0 => 16.0,
-        GgmlType::Q4_1 | GgmlType::Q5_1 => -1.0,
-        _ => 0.0,
-    }
-}
-
-/// Causal attention of a tile of tokens and grouped query heads (see
-/// [`crate::attention::attend_tile`]).
-pub type AttendTile = fn(
-    view: &crate::attention::HeadView<'_>,
-    q: &[f32],
-    t: usize,
-    n_ctx: usize,
-    scores: &mut [f32],
-    out: &mut [f32],
-);
-
-/// Activation rows per tile of the eight-row interleaved kernels.
-pub const X8_N: usize = 8;
-/// One eight-row interleaved group (see [`crate::quant::repack`]) against one activation row.
-pub type X8Gemv = fn(group: &[u8], x: [Q8Row<'_>; 1]) -> [[f32; 8]; 1];
-/// The same against [`X8_N`] activation rows.
-pub type X8Gemm = fn(group: &[u8], x: [Q8Row<'_>; X8_N]) -> [[f32; 8]; X8_N];
-
-/// One eight-row Q4_K, Q5_K or Q6_K group against one Q8_K activation row.
-pub type K8Gemv = fn(group: &[u8], x: [&[u8]; 1]) -> [[f32; 8]; 1];
-/// The same against [`X8_N`] Q8_K activation rows.
-pub type K8Gemm = fn(group: &[u8], x: [&[u8]; X8_N]) -> [[f32; 8]; X8_N];
-
 /// The scalar-tier x8 kernels: the reference dot of [`crate::quant::repack`]
 /// for one row and mapped over [`X8_N`] rows.
 macro_rules! x8_ref {
@@ -230,29 +182,6 @@ x8_ref!(
     Q8Row<'_>,
     crate::quant::repack::dot_q8_0x8
 );
-
-/// Fills the per-block `d` and `ds` of [`Q8Row`] for Q8_0 blocks `q`, for
-/// weights of type `ty`.
-pub fn q8_row_terms(ty: GgmlType, q: &[u8], d: &mut Vec<f32>, ds: &mut Vec<f32>) {
-    let offset_term = -zero_offset(ty) / 8.0;
-    d.clear();
-    ds.clear();
-    for b in q.chunks_exact(34) {
-        let scale = crate::quant::read_f16(&b[..2]);
-        let sum: i32 = b[2..].iter().map(|&v| v as i8 as i32).sum();
-        d.push(scale);
-        ds.push(offset_term * scale * sum as f32);
-    }
-}
-
-/// Four weight rows against one activation row (decode).
-pub type Tile1 = fn(w: [&[u8]; 4], x: [Q8Row<'_>; 1]) -> [[f32; 1]; 4];
-/// Four weight rows against [`TILE_N`] activation rows.
-pub type TileN = fn(w: [&[u8]; 4], x: [Q8Row<'_>; TILE_N]) -> [[f32; TILE_N]; 4];
-/// Quantizes an f32 activation row into blocks of the activation type.
-pub type QuantizeRow = fn(x: &[f32], out: &mut [u8]);
-/// f32 dot product of an f16 (or bf16) row (little-endian bytes) with an f32 row.
-pub type F16Dot = fn(w: &[u8], x: &[f32]) -> f32;
 
 /// How the products with one weight type are computed.
 #[derive(Clone, Copy)]

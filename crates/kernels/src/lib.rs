@@ -15,6 +15,7 @@ pub mod matmul;
 pub mod ops;
 pub mod probe;
 pub mod quant;
+pub mod rows;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 mod simd;
 pub mod threads;

@@ -4,11 +4,12 @@
 //! every activation row, so one pass over the weights serves the whole batch.
 //! Work is split across threads by weight rows.
 
-use crate::cpu::{kernels, q8_row_terms, Q8Row, Tile1, TileN, TILE_N, X8_N};
+use crate::cpu::kernels;
 use crate::quant::repack::{packed_bytes, x8_unit, Q4K_UNIT};
 use crate::quant::repack_q5k::Q5K_UNIT;
 use crate::quant::repack_q6k::Q6K_UNIT;
 use crate::quant::{dequantize_row, GgmlType};
+use crate::rows::{q8_row_terms, Q8Row, Tile1, TileN, TILE_N, X8_N};
 use crate::threads::{par_chunks, par_column_blocks, ColumnBlock, Threads};
 use crate::{Error, Result};
 use std::cell::RefCell;
@@ -236,7 +237,7 @@ fn tiled_rows<'x>(
     n: usize,
     blk: &mut ColumnBlock<'_, f32>,
     (tile1, tile_n): (Tile1, TileN),
-    dot: crate::cpu::QuantDot,
+    dot: crate::rows::QuantDot,
     xrow: &impl Fn(usize) -> Q8Row<'x>,
 ) {
     let (r0, rows) = (blk.first(), blk.width());

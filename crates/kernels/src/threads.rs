@@ -4,6 +4,11 @@
 //! parallel regions; `par_chunks` hands each worker a disjoint piece of the
 //! output, `par_column_blocks` a disjoint block of columns of a row-major
 //! matrix.
+//!
+//! `unsafe` here (allowed for this module only): disjoint sub-slices of one
+//! output handed to different threads, and a job borrowed by the pool only
+//! while its caller waits.
+#![allow(unsafe_code)]
 
 use crate::{Error, Result};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -172,10 +177,20 @@ impl<T> SendPtr<T> {
 // with `T: Send`, each touched by one thread (see `par_chunks`).
 unsafe impl<T: Send> Sync for SendPtr<T> {}
 
-/// The process-wide pool, one worker per core (the caller counts as one).
+static POOL: OnceLock<Pool> = OnceLock::new();
+
+/// The process-wide pool: sized by [`init_pool`] when that ran first, else
+/// one thread per core (the caller counts as one).
 pub fn pool() -> &'static Pool {
-    static POOL: OnceLock<Pool> = OnceLock::new();
     POOL.get_or_init(|| Pool::new(Threads::available().get()))
+}
+
+/// Sizes the process-wide pool to `threads` (the caller included) before
+/// any parallel region runs, so a `--threads 4` process on a 16-core
+/// machine starts 3 workers, not 15 that would wake and spin on every
+/// region. The first sizing wins: returns the size the pool has.
+pub fn init_pool(threads: Threads) -> usize {
+    POOL.get_or_init(|| Pool::new(threads.get())).size()
 }
 
 type Job<'a> = &'a (dyn Fn(usize) + Sync);

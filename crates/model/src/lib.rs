@@ -15,6 +15,7 @@ pub mod kv;
 pub mod llama;
 pub mod loader;
 pub mod mmap;
+pub mod prompt;
 pub mod safetensors;
 pub mod sampler;
 pub mod session;

@@ -262,7 +262,12 @@ impl Fixture {
     /// Writes the model as GGUF, with the `tokenizer.*` metadata of `vocab`
     /// (a vocab-only GGUF such as testdata's `ggml-vocab-llama-spm.gguf`).
     pub fn write_gguf(&self, vocab: &Path, out: &Path) -> Result<()> {
-        let v = GgufFile::open(vocab)?;
+        self.write_gguf_with(&GgufFile::open(vocab)?, out)
+    }
+
+    /// [`Fixture::write_gguf`] with a vocabulary already parsed (e.g. one
+    /// built into a binary, [`GgufFile::from_bytes`]).
+    pub fn write_gguf_with(&self, v: &GgufFile, out: &Path) -> Result<()> {
         let mut w = GgufWriter::new();
         self.config_keys(&mut w);
         for (k, val) in &v.header.metadata {
@@ -375,6 +380,17 @@ fn permute_rows(w: &[f32], n_heads: usize, hd: usize, cols: usize) -> Vec<f32> {
         }
     }
     out
+}
+
+/// The project's test data (tokenizer vocabularies and vectors, chat
+/// templates; see `testdata/README.md`): `HASTEN_TESTDATA` when set (CI
+/// points it at `../shared/testdata` as a cross-check), else the copy
+/// committed at the repository root, so tests pass on a bare clone.
+pub fn testdata_dir() -> std::path::PathBuf {
+    match std::env::var_os("HASTEN_TESTDATA").filter(|d| !d.is_empty()) {
+        Some(d) => d.into(),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata"),
+    }
 }
 
 /// Hugging Face tensor name to llama.cpp's.

@@ -40,6 +40,22 @@ pub enum Error {
     /// Logged in full; the client sees only a generic message.
     #[error("internal error: {0}")]
     Internal(String),
+    /// The model could not be loaded (start-up; ends `serve`).
+    #[error("loading {}: {source}", path.display())]
+    Load {
+        path: std::path::PathBuf,
+        source: hasten_model::Error,
+    },
+    /// The engine could not start (start-up; ends `serve`).
+    #[error("starting the engine: {0}")]
+    Engine(#[source] hasten_engine::Error),
+    /// The caller's loader failed before a backend existed (resolving the
+    /// model, a download): its error, kept whole.
+    #[error(transparent)]
+    Loader(Box<dyn std::error::Error + Send + Sync>),
+    /// The listener failed.
+    #[error("serving: {0}")]
+    Io(#[from] std::io::Error),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -71,7 +87,11 @@ impl Error {
             Error::Overloaded { .. } => StatusCode::TOO_MANY_REQUESTS,
             Error::NotReady | Error::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
             Error::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
-            Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Error::Internal(_)
+            | Error::Load { .. }
+            | Error::Engine(_)
+            | Error::Loader(_)
+            | Error::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -111,10 +131,18 @@ impl Error {
                 ("server_error", None, Some("unavailable".to_owned()))
             }
             Error::Timeout(_) => ("timeout_error", None, Some("request_timeout".to_owned())),
-            Error::Internal(_) => ("server_error", None, None),
+            Error::Internal(_)
+            | Error::Load { .. }
+            | Error::Engine(_)
+            | Error::Loader(_)
+            | Error::Io(_) => ("server_error", None, None),
         };
         let message = match self {
-            Error::Internal(_) => "the server had an error while processing the request".to_owned(),
+            Error::Internal(_)
+            | Error::Load { .. }
+            | Error::Engine(_)
+            | Error::Loader(_)
+            | Error::Io(_) => "the server had an error while processing the request".to_owned(),
             e => e.to_string(),
         };
         ErrorObject {
@@ -162,8 +190,8 @@ pub fn retry_after_secs(d: Duration) -> u64 {
 
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
-        if let Error::Internal(m) = &self {
-            tracing::error!("internal error: {m}");
+        if self.status() == StatusCode::INTERNAL_SERVER_ERROR {
+            tracing::error!("{self}");
         }
         let status = self.status();
         let mut resp = (status, axum::Json(ErrorBody { error: self.body() })).into_response();

@@ -24,10 +24,12 @@ pub mod streams;
 pub use error::{Error, Result};
 pub use routes::router;
 
-use hasten_engine::Engine;
+use hasten_engine::{Engine, EngineConfig, EngineOptions};
 use hasten_model::chat::ChatTemplate;
+use hasten_model::prompt;
 use hasten_model::tokenizer::Tokenizer;
 use params::ServerLimits;
+use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -87,6 +89,39 @@ impl Backend {
             model_id,
             created: unix_now(),
         }
+    }
+
+    /// Loads the model at `path` (GGUF file or checkpoint directory),
+    /// takes its chat template (or the fallback), sizes an engine for it
+    /// from `opts` and starts it; `model_id` is the name clients use.
+    /// Logs the start-up line, which names the kernel tier that runs.
+    pub fn load(path: &Path, model_id: String, opts: &EngineOptions) -> Result<Backend> {
+        let t0 = std::time::Instant::now();
+        let load_err = |source| Error::Load {
+            path: path.to_owned(),
+            source,
+        };
+        let lm = hasten_model::loader::load(path).map_err(load_err)?;
+        let template = prompt::template_or_fallback(lm.template).map_err(load_err)?;
+        let ec = EngineConfig::for_model(&lm.model, opts);
+        let layers = lm.model.config.n_layers;
+        let tokenizer = Arc::new(lm.tokenizer);
+        let engine =
+            Engine::start(Arc::new(lm.model), tokenizer.clone(), ec).map_err(Error::Engine)?;
+        let limits = engine.limits();
+        let line = format!(
+            "hasten serve: model {model_id} ({}, {:.1} MB, {layers} layers, context {}) loaded in {:.0} ms; KV cache {} tokens; {} threads, {} kernels",
+            path.display(),
+            lm.file_bytes as f64 / 1e6,
+            limits.context_length,
+            t0.elapsed().as_secs_f64() * 1e3,
+            limits.kv_tokens,
+            opts.threads.get(),
+            hasten_kernels::cpu::kernels().isa.name(),
+        );
+        // Scripts and people read this line on stderr, whatever the log filter.
+        eprintln!("{line}");
+        Ok(Backend::new(engine, tokenizer, template, model_id))
     }
 }
 

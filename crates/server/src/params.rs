@@ -8,6 +8,8 @@
 use crate::error::{Error, Result};
 use hasten_engine::{Limits, RequestSpec};
 use hasten_model::chat::{ChatTemplate, Message};
+use hasten_model::prompt;
+pub use hasten_model::prompt::Ending;
 use hasten_model::sampler::SamplingParams;
 use hasten_model::tokenizer::Tokenizer;
 use hasten_protocol::chat::{ChatCompletionRequest, ChatMessage, Content};
@@ -169,9 +171,9 @@ fn sampling(s: &Sampling, vocab: usize) -> Result<(SamplingParams, Vec<String>, 
         logit_bias,
         seed,
     };
-    params
-        .validate(vocab)
-        .map_err(|e| Error::bad(e.to_string(), "logit_bias"))?;
+    // The engine's `Request::validate` checks the whole spec once more
+    // (the one validation every request passes); these checks exist to
+    // name the OpenAI parameter at fault.
     Ok((params, stop, n as usize))
 }
 
@@ -253,18 +255,6 @@ pub fn chat_messages(msgs: &[ChatMessage]) -> Result<Vec<Message>> {
     Ok(out)
 }
 
-/// How a chat prompt ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ending {
-    /// A new assistant turn begins (`add_generation_prompt`).
-    Generate,
-    /// The final (assistant) message is continued, as llama-server does
-    /// for a final assistant message and vLLM's `continue_final_message`.
-    Continue,
-    /// Neither (`add_generation_prompt: false`).
-    Nothing,
-}
-
 /// The ending the request asks for, from vLLM's `continue_final_message`
 /// and `add_generation_prompt` (taken out of `extra`); with neither, a
 /// final assistant message is continued.
@@ -295,27 +285,22 @@ pub fn ending(extra: &mut Extra, msgs: &[Message]) -> Result<Ending> {
     }
 }
 
-/// Renders and tokenizes a chat prompt (control-token text becomes tokens).
+/// Renders and tokenizes a chat prompt through the one prompt builder
+/// ([`hasten_model::prompt::chat_tokens`]); messages the template refuses
+/// are a bad request naming `messages`.
 pub fn chat_prompt(
     msgs: &[Message],
     template: &ChatTemplate,
     tok: &Tokenizer,
     how: Ending,
 ) -> Result<Vec<u32>> {
-    let text = match how {
-        Ending::Continue => template.render_continuing(msgs),
-        Ending::Generate => template.render(msgs, true),
-        Ending::Nothing => template.render(msgs, false),
-    };
-    let text = text.map_err(|e| {
-        Error::bad(
-            format!("the chat template could not render these messages: {e}"),
+    prompt::chat_tokens(template, tok, msgs, how).map_err(|e| match e {
+        hasten_model::Error::Template(m) => Error::bad(
+            format!("the chat template could not render these messages: chat template: {m}"),
             "messages",
-        )
-    })?;
-    let has_bos = !template.bos_token.is_empty() && text.starts_with(&template.bos_token);
-    tok.encode(&text, tok.add_bos && !has_bos, true)
-        .map_err(|e| Error::Internal(e.to_string()))
+        ),
+        e => Error::Internal(e.to_string()),
+    })
 }
 
 /// The plan of a request: one spec per prompt and choice. `max` is the
@@ -343,9 +328,6 @@ fn plan(
     let mut out = Vec::with_capacity(prompts.len() * n);
     for p in prompts {
         check_prompt_len(p.len(), sl)?;
-        if p.is_empty() {
-            return Err(Error::bad("the prompt is empty", "prompt"));
-        }
         let max = max_tokens(max_given, max_name, p.len(), lim, sl)?;
         for j in 0..n {
             let mut params = params.clone();
@@ -448,10 +430,7 @@ fn logprob_count(s: LogprobStyle) -> Option<usize> {
 
 /// Token ids of each prompt of a completions request.
 pub fn completion_prompts(p: &Prompt, tok: &Tokenizer) -> Result<Vec<Vec<u32>>> {
-    let enc = |t: &str| {
-        tok.encode(t, tok.add_bos, false)
-            .map_err(|e| Error::Internal(e.to_string()))
-    };
+    let enc = |t: &str| prompt::text_tokens(tok, t).map_err(|e| Error::Internal(e.to_string()));
     let out = match p {
         Prompt::Text(t) => vec![enc(t)?],
         Prompt::Texts(ts) => ts.iter().map(|t| enc(t)).collect::<Result<_>>()?,

@@ -3,7 +3,7 @@
 //! accepting and let in-flight requests finish up to a deadline.
 
 use crate::listen::LimitedListener;
-use crate::{router, AppState, Backend};
+use crate::{router, AppState, Backend, Error};
 use std::future::IntoFuture;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -38,6 +38,10 @@ pub async fn shutdown_signal() {
     }
 }
 
+/// What a loader may fail with before a backend exists (resolving or
+/// downloading the model, or [`Backend::load`]'s own errors).
+pub type LoadError = Box<dyn std::error::Error + Send + Sync>;
+
 /// Serves `st` on `listener` until `stop` resolves (e.g. [`shutdown_signal`]),
 /// then drains for at most `opts.shutdown_timeout`. `load` runs on the
 /// blocking pool; its error ends the server with that error.
@@ -45,9 +49,9 @@ pub async fn serve(
     st: AppState,
     listener: TcpListener,
     opts: ServeOptions,
-    load: impl FnOnce() -> Result<Backend, String> + Send + 'static,
+    load: impl FnOnce() -> Result<Backend, LoadError> + Send + 'static,
     stop: impl std::future::Future<Output = ()> + Send,
-) -> Result<(), String> {
+) -> Result<(), Error> {
     let app = router(st.clone());
     let (quit_tx, mut quit_rx) = watch::channel(false);
     let server = axum::serve(LimitedListener::new(listener, opts.max_connections), app)
@@ -62,14 +66,18 @@ pub async fn serve(
             Ok(Ok(b)) => {
                 tracing::info!("model {} loaded; ready", b.model_id);
                 st2.set_backend(b);
-                std::future::pending::<Result<(), String>>().await
+                std::future::pending::<Result<(), Error>>().await
             }
-            Ok(Err(e)) => Err(e),
-            Err(e) => Err(format!("the model loader failed: {e}")),
+            // A typed error of ours comes back as itself.
+            Ok(Err(e)) => Err(match e.downcast::<Error>() {
+                Ok(e) => *e,
+                Err(e) => Error::Loader(e),
+            }),
+            Err(e) => Err(Error::Internal(format!("the model loader failed: {e}"))),
         }
     };
     tokio::select! {
-        r = &mut server => return r.map_err(|e| e.to_string()),
+        r = &mut server => return r.map_err(Error::Io),
         r = loader => return r,
         () = stop => {}
     }
@@ -80,7 +88,7 @@ pub async fn serve(
     st.draining.store(true, Ordering::Relaxed);
     let _ = quit_tx.send(true);
     match tokio::time::timeout(opts.shutdown_timeout, server).await {
-        Ok(r) => r.map_err(|e| e.to_string()),
+        Ok(r) => r.map_err(Error::Io),
         Err(_) => {
             tracing::warn!("shutdown deadline passed with requests in flight; exiting");
             Ok(())

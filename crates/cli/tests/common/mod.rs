@@ -20,13 +20,9 @@ pub fn hasten(args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
-/// `HASTEN_TESTDATA`, or `../shared/testdata` beside the checkout.
+/// `HASTEN_TESTDATA`, or the repository's `testdata/`.
 pub fn testdata() -> std::path::PathBuf {
-    std::env::var_os("HASTEN_TESTDATA")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| {
-            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/testdata")
-        })
+    hasten_model::testing::testdata_dir()
 }
 
 /// Writes `hasten synth --shape tiny --type q8_0` into `dir`; returns its path.
@@ -66,6 +62,8 @@ pub fn http(addr: &str, method: &str, path: &str, body: &str) -> std::io::Result
 pub struct Serve {
     child: std::process::Child,
     pub addr: String,
+    /// Every stderr line so far (the start-up line among them).
+    pub log: Arc<Mutex<Vec<String>>>,
     _cache: tempfile::TempDir,
 }
 
@@ -78,24 +76,37 @@ impl Drop for Serve {
 
 impl Serve {
     pub fn start(args: &[&str]) -> Serve {
+        Self::start_with_env(args, &[])
+    }
+
+    /// [`Serve::start`] with extra environment variables.
+    pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Serve {
         let cache = tempfile::tempdir().unwrap();
         let t0 = Instant::now();
         let mut child = Command::new(env!("CARGO_BIN_EXE_hasten"))
             .args(["serve", "--port", "0"])
             .args(args)
             .env("HASTEN_CACHE", cache.path())
+            .envs(env.iter().copied())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
         let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let log = Arc::new(Mutex::new(Vec::new()));
         let addr = loop {
             let line = lines.next().expect("hasten serve exited").unwrap();
+            log.lock().unwrap().push(line.clone());
             if let Some(a) = line.split("listening on http://").nth(1) {
                 break a.trim().to_owned();
             }
         };
         // Keep draining stderr so the server never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
+        let log2 = log.clone();
+        std::thread::spawn(move || {
+            for l in lines.map_while(Result::ok) {
+                log2.lock().unwrap().push(l);
+            }
+        });
         loop {
             if let Ok((200, _)) = http(&addr, "GET", "/ready", "") {
                 break;
@@ -110,6 +121,7 @@ impl Serve {
         Serve {
             child,
             addr,
+            log,
             _cache: cache,
         }
     }

@@ -336,7 +336,7 @@ mod tests {
 
     #[test]
     fn register_tiles_match_the_one_row_dot_on_every_tier() {
-        use crate::cpu::{q8_row_terms, Q8Row, TILE_N};
+        use crate::rows::{q8_row_terms, Q8Row, TILE_N};
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
         for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_0] {
             for blocks in [1, 3, 17] {

@@ -23,8 +23,8 @@
 //!
 //! The scalar references here are what the SIMD tiers are tested against.
 
-use crate::cpu::Q8Row;
 use crate::quant::GgmlType;
+use crate::rows::Q8Row;
 
 /// Bytes of one block column of one eight-row group, for the types that have the layout.
 pub fn x8_unit(ty: GgmlType) -> Option<usize> {
@@ -160,7 +160,7 @@ fn repack_q_1x8(five: bool, data: &[u8], rows: usize, cols: usize) -> Option<Vec
 }
 
 /// One eight-row Q4_1 group times one activation row whose `ds` terms were
-/// made for Q4_1 (`8 ds = d_x * sum(q_x)`, see [`crate::cpu::zero_offset`]).
+/// made for Q4_1 (`8 ds = d_x * sum(q_x)`, see [`crate::rows::zero_offset`]).
 pub fn dot_q4_1x8(group: &[u8], x: Q8Row<'_>) -> [f32; 8] {
     dot_q_1x8(false, group, x)
 }
@@ -300,7 +300,7 @@ pub fn dot_q8_0x8(group: &[u8], x: Q8Row<'_>) -> [f32; 8] {
 }
 
 /// One eight-row group (`cols / 32` units) times one activation row whose
-/// `ds` terms were made for Q4_0 (see [`crate::cpu::q8_row_terms`]).
+/// `ds` terms were made for Q4_0 (see [`crate::rows::q8_row_terms`]).
 pub fn dot_q4_0x8(group: &[u8], x: Q8Row<'_>) -> [f32; 8] {
     let mut acc = [0f32; 8];
     for (b, unit) in group.chunks_exact(16 + 8 * 16).enumerate() {
@@ -325,9 +325,10 @@ pub fn dot_q4_0x8(group: &[u8], x: Q8Row<'_>) -> [f32; 8] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::{q8_row_terms, Kernels, X8_N};
+    use crate::cpu::Kernels;
     use crate::quant::dot::{dot_q4_0_q8_0, dot_q8_0_q8_0, quantize_q8_0_act};
     use crate::quant::quantize_row;
+    use crate::rows::{q8_row_terms, X8_N};
     use rand::{Rng, SeedableRng};
 
     const TYPES: [GgmlType; 5] = [
@@ -474,7 +475,7 @@ mod tests {
         unit: usize,
         x8_dot: fn(&[u8], &[u8]) -> [f32; 8],
         row_dot: fn(&[u8], &[u8]) -> f32,
-        tier: fn(&Kernels) -> (crate::cpu::K8Gemv, crate::cpu::K8Gemm),
+        tier: fn(&Kernels) -> (crate::rows::K8Gemv, crate::rows::K8Gemm),
         seed: u64,
     ) {
         use crate::quant::dot::{quantize_q8_k_act, Q8_K_BYTES};

@@ -41,6 +41,10 @@ pub fn dot_bf16_f32(w: &[u8], x: &[f32]) -> f32 {
     unsafe { dot_bf16_f32_impl(&w[..n * 2], &x[..n]) }
 }
 
+/// # Safety
+/// Call only once the CPU's AVX2, FMA and F16C support is known (the kernel
+/// table hands out the safe wrapper only then), with every slice and pointer
+/// covering the whole blocks or elements the wrapper checked.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_bf16_f32_impl(w: &[u8], x: &[f32]) -> f32 {
     let n = x.len();
@@ -167,6 +171,10 @@ pub fn dot_q5_0_q8_0(w: &[u8], x: &[u8]) -> f32 {
     unsafe { dot_q5_0_q8_0_impl(&w[..n * 22], &x[..n * 34]) }
 }
 
+/// # Safety
+/// Call only once the CPU's AVX2, FMA and F16C support is known (the kernel
+/// table hands out the safe wrapper only then), with every slice and pointer
+/// covering the whole blocks or elements the wrapper checked.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_q5_0_q8_0_impl(w: &[u8], x: &[u8]) -> f32 {
     let mut acc = _mm256_setzero_ps();
@@ -176,6 +184,10 @@ unsafe fn dot_q5_0_q8_0_impl(w: &[u8], x: &[u8]) -> f32 {
     hsum(acc)
 }
 
+/// # Safety
+/// Call only once the CPU's AVX2, FMA and F16C support is known (the kernel
+/// table hands out the safe wrapper only then), with every slice and pointer
+/// covering the whole blocks or elements the wrapper checked.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_q8_0_q8_0_impl(w: &[u8], x: &[u8]) -> f32 {
     // Two independent accumulators (in registers) hide the FMA latency.
@@ -193,6 +205,10 @@ unsafe fn dot_q8_0_q8_0_impl(w: &[u8], x: &[u8]) -> f32 {
     hsum(_mm256_add_ps(acc0, acc1))
 }
 
+/// # Safety
+/// Call only once the CPU's AVX2, FMA and F16C support is known (the kernel
+/// table hands out the safe wrapper only then), with every slice and pointer
+/// covering the whole blocks or elements the wrapper checked.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_q4_0_q8_0_impl(w: &[u8], x: &[u8]) -> f32 {
     let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
@@ -209,6 +225,10 @@ unsafe fn dot_q4_0_q8_0_impl(w: &[u8], x: &[u8]) -> f32 {
     hsum(_mm256_add_ps(acc0, acc1))
 }
 
+/// # Safety
+/// Call only once the CPU's AVX2, FMA and F16C support is known (the kernel
+/// table hands out the safe wrapper only then), with every slice and pointer
+/// covering the whole blocks or elements the wrapper checked.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_f16_f32_impl(w: &[u8], x: &[f32]) -> f32 {
     let n = x.len();
@@ -241,6 +261,10 @@ unsafe fn dot_f16_f32_impl(w: &[u8], x: &[f32]) -> f32 {
     s
 }
 
+/// # Safety
+/// Call only once the CPU's AVX2, FMA and F16C support is known (the kernel
+/// table hands out the safe wrapper only then), with every slice and pointer
+/// covering the whole blocks or elements the wrapper checked.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn quantize_q8_0_impl(x: &[f32], out: &mut [u8]) {
     let sign_bit = _mm256_set1_ps(-0.0);
@@ -298,6 +322,10 @@ pub fn dot_q6_k_q8_k(w: &[u8], x: &[u8]) -> f32 {
 
 const Q8K: usize = crate::quant::dot::Q8_K_BYTES;
 
+/// # Safety
+/// Call only once the CPU's AVX2, FMA and F16C support is known (the kernel
+/// table hands out the safe wrapper only then), with every slice and pointer
+/// covering the whole blocks or elements the wrapper checked.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_q4_k_q8_k_impl(w: &[u8], x: &[u8]) -> f32 {
     use crate::quant::dot::q8k_parts;
@@ -338,6 +366,10 @@ unsafe fn dot_q4_k_q8_k_impl(w: &[u8], x: &[u8]) -> f32 {
     hsum(acc) - acc_min
 }
 
+/// # Safety
+/// Call only once the CPU's AVX2, FMA and F16C support is known (the kernel
+/// table hands out the safe wrapper only then), with every slice and pointer
+/// covering the whole blocks or elements the wrapper checked.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_q6_k_q8_k_impl(w: &[u8], x: &[u8]) -> f32 {
     use crate::quant::dot::q8k_parts;
@@ -417,6 +449,10 @@ pub fn axpy_f16(out: &mut [f32], w: f32, v: &[half::f16]) {
     unsafe { axpy_f16_impl(&mut out[..n], w, super::f16_bytes(&v[..n])) }
 }
 
+/// # Safety
+/// Call only once the CPU's AVX2, FMA and F16C support is known (the kernel
+/// table hands out the safe wrapper only then), with every slice and pointer
+/// covering the whole blocks or elements the wrapper checked.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn axpy_f16_impl(out: &mut [f32], w: f32, v: &[u8]) {
     let n = out.len();
@@ -505,6 +541,11 @@ macro_rules! tile {
             unsafe { $impl_name(w.map(|r| &r[..nb * $wbytes]), x, nb) }
         }
 
+        /// # Safety
+        /// Call only once the CPU's AVX2, FMA and F16C support is known (the
+        /// kernel table hands out the safe wrapper only then), with every
+        /// slice and pointer covering the whole blocks or elements the
+        /// wrapper checked.
         #[target_feature(enable = "avx2,fma,f16c")]
         unsafe fn $impl_name(w: [&[u8]; 4], x: [Q8Row<'_>; $rn], nb: usize) -> [[f32; $rn]; 4] {
             let mut acc = [[_mm256_setzero_ps(); $rn]; 4];
@@ -545,7 +586,7 @@ macro_rules! tile {
     };
 }
 
-use crate::cpu::{Q8Row, TILE_N};
+use crate::rows::{Q8Row, TILE_N};
 tile!(
     tile_q8_0_1,
     tile_q8_0_1_impl,
@@ -603,6 +644,11 @@ pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
 }
 
 /// Eight lanes of `g * u / (1 + exp(-g))`, written back to `g`.
+///
+/// # Safety
+/// Call only once the CPU's AVX2, FMA and F16C support is known (the kernel
+/// table hands out the safe wrapper only then), with every slice and pointer
+/// covering the whole blocks or elements the wrapper checked.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn silu_mul8(g: &mut [f32; 8], u: &[f32; 8]) {
     // SAFETY: both arrays hold 8 floats.

@@ -9,8 +9,9 @@
 
 #![allow(unsafe_code)]
 
-use crate::attention::{attend_tile_reference, tile_scores_len, HeadView};
+use crate::attention::{attend_tile_reference, tile_scores_len};
 use crate::ops::softmax;
+use crate::rows::HeadView;
 use std::arch::x86_64::*;
 
 /// Widest head handled here (others take the reference).
@@ -104,6 +105,10 @@ fn sums8(a: &[__m256; 8]) -> __m256 {
     )
 }
 
+/// # Safety
+/// Call only once the CPU's AVX2, FMA and F16C support is known (the kernel
+/// table hands out the safe wrapper only then), with every slice and pointer
+/// covering the whole blocks or elements the wrapper checked.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn tile_impl(
     view: &HeadView<'_>,

@@ -11,7 +11,7 @@
 
 #![allow(unsafe_code)]
 
-use crate::cpu::{Q8Row, X8_N};
+use crate::rows::{Q8Row, X8_N};
 use std::arch::x86_64::*;
 
 const Q4_UNIT: usize = 16 + 8 * 16;
@@ -161,7 +161,7 @@ macro_rules! x8 {
         x8!(@ false, $name, $impl_name, $rn, [$($j)+], $unit, $prep, $sums);
     };
     // Q4_1 / Q5_1: the unit's scales are followed by the rows' minimums `m`,
-    // which multiply `8 ds = d_x * sum(q_x)` (see `crate::cpu::zero_offset`).
+    // which multiply `8 ds = d_x * sum(q_x)` (see `crate::rows::zero_offset`).
     ($name:ident, $impl_name:ident, $rn:expr, [$($j:literal)+], $unit:expr, $prep:ident, $sums:ident, mins) => {
         x8!(@ true, $name, $impl_name, $rn, [$($j)+], $unit, $prep, $sums);
     };
@@ -176,6 +176,11 @@ macro_rules! x8 {
             unsafe { $impl_name(&group[..nb * $unit], x, nb) }
         }
 
+        /// # Safety
+        /// Call only once the CPU's AVX2, FMA and F16C support is known (the
+        /// kernel table hands out the safe wrapper only then), with every
+        /// slice and pointer covering the whole blocks or elements the
+        /// wrapper checked.
         #[target_feature(enable = "avx2,fma,f16c")]
         unsafe fn $impl_name(group: &[u8], x: [Q8Row<'_>; $rn], nb: usize) -> [[f32; 8]; $rn] {
             let mut acc = [_mm256_setzero_ps(); $rn];
@@ -440,6 +445,11 @@ macro_rules! k8 {
             unsafe { $impl_name(&group[..nb * $unit], x, nb) }
         }
 
+        /// # Safety
+        /// Call only once the CPU's AVX2, FMA and F16C support is known (the
+        /// kernel table hands out the safe wrapper only then), with every
+        /// slice and pointer covering the whole blocks or elements the
+        /// wrapper checked.
         #[target_feature(enable = "avx2,fma,f16c")]
         unsafe fn $impl_name(group: &[u8], x: [&[u8]; $rn], nb: usize) -> [[f32; 8]; $rn] {
             let mut acc = [_mm256_setzero_ps(); $rn];

@@ -23,8 +23,8 @@
 
 #![allow(unsafe_code)]
 
-use crate::cpu::{Q8Row, X8_N};
 use crate::quant::read_f16;
+use crate::rows::{Q8Row, X8_N};
 use std::arch::aarch64::*;
 use std::arch::asm;
 
@@ -76,6 +76,11 @@ fn widen_f16(h: uint16x4_t) -> float32x4_t {
 }
 
 /// Eight little-endian f16 values at `p` as two f32 vectors.
+///
+/// # Safety
+/// NEON is part of every AArch64 CPU; where `D` is true the caller must have
+/// detected `dotprod`. Every pointer must cover the bytes the loads above
+/// read, every slice the whole blocks the safe wrapper checked.
 #[inline]
 #[target_feature(enable = "neon")]
 pub(super) unsafe fn load_f16x8(p: *const u8) -> [float32x4_t; 2] {
@@ -85,6 +90,11 @@ pub(super) unsafe fn load_f16x8(p: *const u8) -> [float32x4_t; 2] {
 }
 
 /// Four bytes at `q` repeated in the four lanes.
+///
+/// # Safety
+/// NEON is part of every AArch64 CPU; where `D` is true the caller must have
+/// detected `dotprod`. Every pointer must cover the bytes the loads above
+/// read, every slice the whole blocks the safe wrapper checked.
 #[inline]
 #[target_feature(enable = "neon")]
 pub(super) unsafe fn bcast4(q: *const u8) -> int8x16_t {
@@ -100,6 +110,10 @@ pub fn quantize_q8_0(x: &[f32], out: &mut [u8]) {
     unsafe { quantize_q8_0_impl(&x[..n * QK], &mut out[..n * 34]) }
 }
 
+/// # Safety
+/// NEON is part of every AArch64 CPU; where `D` is true the caller must have
+/// detected `dotprod`. Every pointer must cover the bytes the loads above
+/// read, every slice the whole blocks the safe wrapper checked.
 #[target_feature(enable = "neon")]
 unsafe fn quantize_q8_0_impl(x: &[f32], out: &mut [u8]) {
     for (xb, ob) in x.chunks_exact(QK).zip(out.chunks_exact_mut(34)) {
@@ -142,6 +156,11 @@ pub fn dot_q4_0_q8_0<const D: bool>(w: &[u8], x: &[u8]) -> f32 {
 }
 
 /// One weight row (Q8_0 blocks of 34 bytes or Q4_0 of 18) times a Q8_0 row.
+///
+/// # Safety
+/// NEON is part of every AArch64 CPU; where `D` is true the caller must have
+/// detected `dotprod`. Every pointer must cover the bytes the loads above
+/// read, every slice the whole blocks the safe wrapper checked.
 #[target_feature(enable = "neon")]
 unsafe fn dot_q_q8_0_impl<const WB: usize, const D: bool>(w: &[u8], x: &[u8]) -> f32 {
     let mut acc = vdupq_n_f32(0.0);
@@ -191,6 +210,11 @@ pub fn dot_bf16_f32(w: &[u8], x: &[f32]) -> f32 {
 }
 
 /// f16 (or, with `BF16`, bf16) row · f32 row.
+///
+/// # Safety
+/// NEON is part of every AArch64 CPU; where `D` is true the caller must have
+/// detected `dotprod`. Every pointer must cover the bytes the loads above
+/// read, every slice the whole blocks the safe wrapper checked.
 #[target_feature(enable = "neon")]
 unsafe fn dot_half_impl<const BF16: bool>(w: &[u8], x: &[f32]) -> f32 {
     let n = x.len();
@@ -241,6 +265,10 @@ pub fn axpy_f16(out: &mut [f32], w: f32, v: &[half::f16]) {
     unsafe { axpy_f16_impl(&mut out[..n], w, super::f16_bytes(&v[..n])) }
 }
 
+/// # Safety
+/// NEON is part of every AArch64 CPU; where `D` is true the caller must have
+/// detected `dotprod`. Every pointer must cover the bytes the loads above
+/// read, every slice the whole blocks the safe wrapper checked.
 #[target_feature(enable = "neon")]
 unsafe fn axpy_f16_impl(out: &mut [f32], w: f32, v: &[u8]) {
     let n = out.len();
@@ -269,6 +297,11 @@ pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
 }
 
 /// Four lanes of `g * u / (1 + exp(-g))`, written back to `g`.
+///
+/// # Safety
+/// NEON is part of every AArch64 CPU; where `D` is true the caller must have
+/// detected `dotprod`. Every pointer must cover the bytes the loads above
+/// read, every slice the whole blocks the safe wrapper checked.
 #[target_feature(enable = "neon")]
 unsafe fn silu_mul4(g: &mut [f32; 4], u: &[f32; 4]) {
     // SAFETY: both arrays hold 4 floats.
@@ -440,6 +473,11 @@ macro_rules! x8 {
             unsafe { $impl_name::<D>(&group[..nb * $unit], x, nb) }
         }
 
+        /// # Safety
+        /// NEON is part of every AArch64 CPU; where `D` is true the caller
+        /// must have detected `dotprod`. Every pointer must cover the bytes
+        /// the loads above read, every slice the whole blocks the safe
+        /// wrapper checked.
         #[target_feature(enable = "neon")]
         unsafe fn $impl_name<const D: bool>(
             group: &[u8],

@@ -11,14 +11,19 @@
 #![allow(unsafe_code)]
 
 use super::neon::{bcast4, load_f16x8, sdot, store_rows};
-use crate::cpu::X8_N;
 use crate::quant::dot::Q8_K_BYTES as Q8K;
 use crate::quant::repack::Q4K_UNIT;
 use crate::quant::repack_q5k::Q5K_UNIT;
 use crate::quant::repack_q6k::Q6K_UNIT;
+use crate::rows::X8_N;
 use std::arch::aarch64::*;
 
 /// Eight bytes at `p` (one per row) widened to rows 0..4 and 4..8.
+///
+/// # Safety
+/// NEON is part of every AArch64 CPU; where `D` is true the caller must have
+/// detected `dotprod`. Every pointer must cover the bytes the loads above
+/// read, every slice the whole blocks the safe wrapper checked.
 #[inline]
 #[target_feature(enable = "neon")]
 unsafe fn rows_u8(p: *const u8) -> [int32x4_t; 2] {
@@ -31,6 +36,11 @@ unsafe fn rows_u8(p: *const u8) -> [int32x4_t; 2] {
 }
 
 /// The same for signed bytes.
+///
+/// # Safety
+/// NEON is part of every AArch64 CPU; where `D` is true the caller must have
+/// detected `dotprod`. Every pointer must cover the bytes the loads above
+/// read, every slice the whole blocks the safe wrapper checked.
 #[inline]
 #[target_feature(enable = "neon")]
 unsafe fn rows_i8(p: *const u8) -> [int32x4_t; 2] {
@@ -40,6 +50,11 @@ unsafe fn rows_i8(p: *const u8) -> [int32x4_t; 2] {
 }
 
 /// The i16 block sum `i` of a Q8_K block at `bx`.
+///
+/// # Safety
+/// NEON is part of every AArch64 CPU; where `D` is true the caller must have
+/// detected `dotprod`. Every pointer must cover the bytes the loads above
+/// read, every slice the whole blocks the safe wrapper checked.
 #[inline]
 unsafe fn bsum(bx: *const u8, i: usize) -> i32 {
     // SAFETY: callers pass a whole Q8_K block; sum `i < 16` lies at 260 + 2i.
@@ -48,6 +63,11 @@ unsafe fn bsum(bx: *const u8, i: usize) -> i32 {
 
 /// Q4_K, one Q8_K block: `d dx sum_j sc_j q.x - dmin dx sum_j m_j sum(x)`
 /// for the eight rows, added to `acc`.
+///
+/// # Safety
+/// NEON is part of every AArch64 CPU; where `D` is true the caller must have
+/// detected `dotprod`. Every pointer must cover the bytes the loads above
+/// read, every slice the whole blocks the safe wrapper checked.
 #[inline]
 #[target_feature(enable = "neon")]
 unsafe fn step_q4k<const D: bool>(
@@ -60,6 +80,11 @@ unsafe fn step_q4k<const D: bool>(
 }
 
 /// Q5_K: as Q4_K with the fifth bits of [`crate::quant::repack_q5k`] above the nibbles.
+///
+/// # Safety
+/// NEON is part of every AArch64 CPU; where `D` is true the caller must have
+/// detected `dotprod`. Every pointer must cover the bytes the loads above
+/// read, every slice the whole blocks the safe wrapper checked.
 #[inline]
 #[target_feature(enable = "neon")]
 unsafe fn step_q5k<const D: bool>(
@@ -72,6 +97,11 @@ unsafe fn step_q5k<const D: bool>(
 }
 
 /// Q4_K, or with `FIVE` Q5_K (whose unit is Q4_K's plus the fifth bits).
+///
+/// # Safety
+/// NEON is part of every AArch64 CPU; where `D` is true the caller must have
+/// detected `dotprod`. Every pointer must cover the bytes the loads above
+/// read, every slice the whole blocks the safe wrapper checked.
 #[inline]
 #[target_feature(enable = "neon")]
 unsafe fn step_q45k<const FIVE: bool, const D: bool>(
@@ -144,6 +174,11 @@ unsafe fn step_q45k<const FIVE: bool, const D: bool>(
 
 /// Q6_K, one Q8_K block: stored values are `q + 32`, so `32 sum_g sc_g
 /// sum(x)` is taken back off before scaling by `d dx`.
+///
+/// # Safety
+/// NEON is part of every AArch64 CPU; where `D` is true the caller must have
+/// detected `dotprod`. Every pointer must cover the bytes the loads above
+/// read, every slice the whole blocks the safe wrapper checked.
 #[inline]
 #[target_feature(enable = "neon")]
 unsafe fn step_q6k<const D: bool>(
@@ -195,6 +230,11 @@ macro_rules! k8 {
             unsafe { $impl_name::<D>(&group[..nb * $unit], x, nb) }
         }
 
+        /// # Safety
+        /// NEON is part of every AArch64 CPU; where `D` is true the caller
+        /// must have detected `dotprod`. Every pointer must cover the bytes
+        /// the loads above read, every slice the whole blocks the safe
+        /// wrapper checked.
         #[target_feature(enable = "neon")]
         unsafe fn $impl_name<const D: bool>(
             group: &[u8],

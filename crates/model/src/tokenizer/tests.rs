@@ -5,11 +5,7 @@ use crate::gguf::GgufFile;
 use std::path::PathBuf;
 
 pub(crate) fn testdata() -> PathBuf {
-    std::env::var_os("HASTEN_TESTDATA")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/testdata")
-        })
+    crate::testing::testdata_dir()
 }
 
 fn check_vectors(name: &str) {

@@ -13,11 +13,7 @@ use hasten_model::testing::Fixture;
 use std::path::PathBuf;
 
 fn testdata() -> PathBuf {
-    std::env::var_os("HASTEN_TESTDATA")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/testdata")
-        })
+    hasten_model::testing::testdata_dir()
 }
 
 pub(crate) fn vocab() -> PathBuf {

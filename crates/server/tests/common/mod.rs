@@ -5,7 +5,6 @@
 use hasten_engine::{Engine, EngineConfig};
 use hasten_kernels::quant::GgmlType;
 use hasten_kernels::threads::Threads;
-use hasten_model::chat::{ChatTemplate, FALLBACK_TEMPLATE};
 use hasten_model::loader;
 use hasten_model::testing::Fixture;
 use hasten_server::{AppState, Backend, ServerConfig, Shared};
@@ -13,11 +12,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 pub fn testdata() -> PathBuf {
-    std::env::var_os("HASTEN_TESTDATA")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/testdata")
-        })
+    hasten_model::testing::testdata_dir()
 }
 
 /// The tiny fixture (dim 256, 2 layers, llama-spm vocabulary, context 512).
@@ -70,9 +65,7 @@ pub fn backend(ec: EngineConfig) -> Backend {
 
 pub fn backend_of(path: &std::path::Path, ec: EngineConfig) -> Backend {
     let lm = loader::load(path).unwrap();
-    let template = lm
-        .template
-        .unwrap_or_else(|| ChatTemplate::new(FALLBACK_TEMPLATE, "", "").unwrap());
+    let template = hasten_model::prompt::template_or_fallback(lm.template).unwrap();
     let tok = Arc::new(lm.tokenizer);
     let engine = Engine::start(Arc::new(lm.model), tok.clone(), ec).unwrap();
     Backend::new(engine, tok, template, "tiny".into())
