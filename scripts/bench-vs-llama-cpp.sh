@@ -15,7 +15,7 @@ threads=${THREADS:-2}
 runs=${RUNS:-3}
 work=${WORK:-/tmp/hasten-bench}
 mkdir -p "$work"
-export HASTEN_TESTDATA=${HASTEN_TESTDATA:-$root/../shared/testdata}
+export HASTEN_TESTDATA=${HASTEN_TESTDATA:-$root/testdata}
 
 WORK=$work
 # shellcheck source=lib/llama-cpp-env.sh

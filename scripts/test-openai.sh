@@ -6,7 +6,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-export HASTEN_TESTDATA=${HASTEN_TESTDATA:-$root/../shared/testdata}
+export HASTEN_TESTDATA=${HASTEN_TESTDATA:-$root/testdata}
 
 venv=target/pyenv-openai
 if [ ! -x "$venv/bin/python" ]; then

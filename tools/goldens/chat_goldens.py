@@ -2,7 +2,7 @@
 """Writes crates/model/tests/golden/chat_templates.json.
 
 Renders every template in $HASTEN_TESTDATA/chat-templates (default
-../shared/testdata) with Python jinja2 the way Hugging Face transformers'
+the repository's testdata/) with Python jinja2 the way Hugging Face transformers'
 `apply_chat_template` does (sandboxed environment, trim_blocks,
 lstrip_blocks, loop controls, `raise_exception`, `strftime_now`, a `tojson`
 that keeps non-ASCII) over a few conversations, and records the text or the
@@ -20,7 +20,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
-TESTDATA = os.environ.get("HASTEN_TESTDATA", os.path.join(ROOT, "..", "shared", "testdata"))
+TESTDATA = os.environ.get("HASTEN_TESTDATA", os.path.join(ROOT, "testdata"))
 OUT = os.path.join(ROOT, "crates", "model", "tests", "golden", "chat_templates.json")
 
 CONVERSATIONS = [

@@ -5,8 +5,12 @@
 //! products over those formats, the elementwise kernels of a Llama block
 //! (RMSNorm, RoPE, softmax, SiLU) and attention over a paged KV cache.
 //!
-//! Every kernel here is a plain, obviously-correct reference. Faster
-//! variants added later must be tested against these on random inputs.
+//! Every kernel has a plain scalar reference (`quant/`, `attention`,
+//! `ops`); the SIMD tiers in `simd/` (AVX2, NEON with and without `SDOT`)
+//! are tested against them on random inputs of awkward sizes on every tier
+//! the CPU runs. [`cpu`] detects the tier and holds the one table that
+//! knows them all; [`rows`] holds the shapes they share. `unsafe` is
+//! allowed only in `simd/` and [`threads`].
 
 pub mod attention;
 pub mod cpu;

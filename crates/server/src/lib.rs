@@ -135,7 +135,7 @@ pub fn unix_now() -> u64 {
 pub struct Shared {
     pub cfg: ServerConfig,
     backend: OnceLock<Arc<Backend>>,
-    pub hub: Arc<streams::Hub>,
+    pub replays: Arc<streams::ReplayBuffers>,
     pub http: middleware::HttpCounters,
     /// Non-streaming requests whose client left before the answer.
     pub unary_disconnects: std::sync::atomic::AtomicU64,
@@ -147,11 +147,11 @@ pub type AppState = Arc<Shared>;
 
 impl Shared {
     pub fn new(cfg: ServerConfig) -> AppState {
-        let hub = streams::Hub::new(cfg.resume_grace);
+        let replays = streams::ReplayBuffers::new(cfg.resume_grace);
         Arc::new(Shared {
             cfg,
             backend: OnceLock::new(),
-            hub,
+            replays,
             http: Default::default(),
             unary_disconnects: Default::default(),
             draining: Default::default(),

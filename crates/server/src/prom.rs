@@ -169,7 +169,7 @@ pub fn render(st: &Shared) -> String {
     if let Ok(b) = st.backend() {
         engine(&mut out, &b.engine.metrics());
     }
-    let c = &st.hub.counters;
+    let c = &st.replays.counters;
     let server = [
         (
             "hasten_streams_abandoned_total",
@@ -192,7 +192,7 @@ pub fn render(st: &Shared) -> String {
         "hasten_streams_live",
         "gauge",
         "Streams being produced or kept for reattachment.",
-        st.hub.live() as f64,
+        st.replays.live() as f64,
     );
     let _ = writeln!(
         out,

@@ -1,7 +1,7 @@
 //! The HTTP routes and their handlers. Handlers parse, refuse overload
 //! before any tokenization, plan on the blocking pool (template rendering
 //! and tokenization), submit to the engine, then either hand the engine
-//! streams to the stream hub (SSE) or gather the whole answer.
+//! streams to the replay buffers (SSE) or gather the whole answer.
 
 use crate::error::{Error, Result};
 use crate::middleware::{self, RequestId};
@@ -260,7 +260,7 @@ async fn run(
     plan: Plan,
     n_per_prompt: usize,
 ) -> Result<Response> {
-    if plan.stream && st.hub.contains(&rid.0) {
+    if plan.stream && st.replays.contains(&rid.0) {
         return Err(Error::BadRequest {
             message: format!(
                 "a stream with request id {} is live; use a fresh x-request-id",
@@ -309,7 +309,7 @@ async fn run(
             eta.as_millis()
         ))];
         let body = st
-            .hub
+            .replays
             .start(rid.0, streams, enc, first, st.cfg.request_timeout);
         return Ok(Sse::new(body)
             .keep_alive(KeepAlive::new().interval(Duration::from_secs(10)))
@@ -374,12 +374,15 @@ async fn resume(
                 })?,
         ),
     };
-    let body = st.hub.resume(&id, last).ok_or_else(|| Error::NotFound {
-        message: format!(
-            "no live stream with request id {id} (finished and forgotten, or never started)"
-        ),
-        code: "stream_not_found",
-    })?;
+    let body = st
+        .replays
+        .resume(&id, last)
+        .ok_or_else(|| Error::NotFound {
+            message: format!(
+                "no live stream with request id {id} (finished and forgotten, or never started)"
+            ),
+            code: "stream_not_found",
+        })?;
     Ok(Sse::new(body)
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(10)))
         .into_response())

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
 
-/// Counters the hub keeps for `/metrics`.
+/// Counters the replay buffers keep for `/metrics`.
 #[derive(Debug, Default)]
 pub struct StreamCounters {
     /// Streams cancelled because no client was attached for the grace period.
@@ -64,15 +64,15 @@ impl Drop for Attached {
 }
 
 /// All live streams by request id.
-pub struct Hub {
+pub struct ReplayBuffers {
     streams: Mutex<HashMap<String, Arc<Entry>>>,
     grace: Duration,
     pub counters: StreamCounters,
 }
 
-impl Hub {
-    pub fn new(grace: Duration) -> Arc<Hub> {
-        Arc::new(Hub {
+impl ReplayBuffers {
+    pub fn new(grace: Duration) -> Arc<ReplayBuffers> {
+        Arc::new(ReplayBuffers {
             streams: Mutex::new(HashMap::new()),
             grace,
             counters: StreamCounters::default(),
@@ -112,7 +112,7 @@ impl Hub {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(id.clone(), entry.clone());
-        let hub = self.clone();
+        let replays = self.clone();
         let e2 = entry.clone();
         tokio::spawn(async move {
             let mut events = stream::select_all(
@@ -121,7 +121,7 @@ impl Hub {
                     .enumerate()
                     .map(|(i, s)| Box::pin(engine_events(s).map(move |ev| (i, ev)))),
             );
-            let abandoned = abandoned(e2.attached.subscribe(), hub.grace);
+            let abandoned = abandoned(e2.attached.subscribe(), replays.grace);
             tokio::pin!(abandoned);
             let deadline = async {
                 match timeout {
@@ -138,12 +138,12 @@ impl Hub {
                         None => break,
                     },
                     () = &mut abandoned => {
-                        hub.counters.abandoned.fetch_add(1, Ordering::Relaxed);
+                        replays.counters.abandoned.fetch_add(1, Ordering::Relaxed);
                         gone = true;
                         break;
                     }
                     () = &mut deadline => {
-                        hub.counters.timed_out.fetch_add(1, Ordering::Relaxed);
+                        replays.counters.timed_out.fetch_add(1, Ordering::Relaxed);
                         let err = crate::error::Error::Timeout(timeout.unwrap_or_default());
                         e2.push(enc.abort(&err));
                     }
@@ -156,7 +156,8 @@ impl Hub {
             if !gone {
                 abandoned.await;
             }
-            hub.streams
+            replays
+                .streams
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .remove(&id);
