@@ -62,6 +62,10 @@ pub struct Args {
     /// Generate exactly --max-tokens tokens, ignoring end-of-sequence.
     #[arg(long)]
     ignore_eos: bool,
+    /// Prompt tokens computed in one forward pass at most (as `hasten
+    /// serve --max-batch-tokens`).
+    #[arg(long, default_value_t = 512)]
+    max_batch_tokens: usize,
     /// Also print the statistics as one JSON object on the last stderr line.
     #[arg(long)]
     json_stats: bool,
@@ -125,7 +129,10 @@ pub fn main(a: Args) -> Result<()> {
     let engine = Engine::start(
         model.clone(),
         tok,
-        EngineConfig::single(n_prompt + max_new, threads),
+        EngineConfig {
+            max_step_tokens: a.max_batch_tokens,
+            ..EngineConfig::single(n_prompt + max_new, threads)
+        },
     )?;
     let mut stream = engine.submit(engine.validate(spec)?)?;
     let mut out = std::io::stdout().lock();

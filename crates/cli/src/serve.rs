@@ -72,6 +72,10 @@ pub struct Args {
     itl_target_ms: u64,
     #[arg(long)]
     no_prefix_cache: bool,
+    /// Tokens computed in one engine step at most (prompt chunks plus
+    /// decodes; a lone prompt is prefilled in chunks of this size).
+    #[arg(long, default_value_t = 512)]
+    max_batch_tokens: usize,
 }
 
 fn secs(s: f64, name: &str) -> Result<Duration> {
@@ -125,6 +129,7 @@ pub fn main(a: Args) -> Result<()> {
         itl_target: Duration::from_millis(a.itl_target_ms),
         prefix_cache: !a.no_prefix_cache,
         threads,
+        max_step_tokens: Some(a.max_batch_tokens),
     };
     let loader = move || -> std::result::Result<Backend, LoadError> {
         // Resolving may download (hf:): the server already listens, /ready is 503.

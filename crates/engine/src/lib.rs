@@ -84,7 +84,10 @@ impl EngineConfig {
             .min(2 * o.max_running * model.config.context_length);
         let mut ec = EngineConfig::new(kv_tokens, o.threads);
         ec.max_running = o.max_running;
-        ec.max_step_tokens = ec.max_step_tokens.max(o.max_running);
+        ec.max_step_tokens = o
+            .max_step_tokens
+            .unwrap_or(ec.max_step_tokens)
+            .max(o.max_running);
         ec.max_waiting = o.max_waiting;
         ec.itl_target = o.itl_target;
         ec.prefix_cache = o.prefix_cache;
@@ -132,6 +135,9 @@ pub struct EngineOptions {
     pub itl_target: Duration,
     pub prefix_cache: bool,
     pub threads: Threads,
+    /// Tokens in one step at most (vLLM's `--max-num-batched-tokens`,
+    /// llama.cpp's `-b`); `None` keeps [`EngineConfig::new`]'s.
+    pub max_step_tokens: Option<usize>,
 }
 
 impl EngineOptions {
@@ -145,6 +151,7 @@ impl EngineOptions {
             itl_target: Duration::from_millis(50),
             prefix_cache: true,
             threads,
+            max_step_tokens: None,
         }
     }
 }

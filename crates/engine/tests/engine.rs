@@ -458,3 +458,26 @@ fn threaded_engine_streams_and_refuses_honestly() {
     assert!(m.requests_rejected >= 2);
     engine.shutdown();
 }
+
+#[test]
+fn serving_engines_are_sized_from_operator_options() {
+    let (m, _) = model();
+    let per_token = m.config.kv_bytes_per_token();
+    let mut o = hasten_engine::EngineOptions::new(Threads::ONE);
+    // A small budget is honoured to the token.
+    o.kv_bytes = 100 * per_token + per_token / 2;
+    let c = EngineConfig::for_model(&m, &o);
+    assert_eq!(c.kv_tokens, 100);
+    // A large one is capped at twice what the running sequences can use.
+    o.kv_bytes = 1 << 40;
+    o.max_running = 3;
+    let c = EngineConfig::for_model(&m, &o);
+    assert_eq!(c.kv_tokens, 2 * 3 * m.config.context_length);
+    assert_eq!(c.max_step_tokens, 512);
+    // A step holds at least one token of every running sequence.
+    o.max_step_tokens = Some(2);
+    assert_eq!(EngineConfig::for_model(&m, &o).max_step_tokens, 3);
+    // `hasten run`'s engine: one sequence, no prefix cache.
+    let s = EngineConfig::single(40, Threads::ONE);
+    assert_eq!((s.max_running, s.prefix_cache, s.kv_tokens), (1, false, 40));
+}
