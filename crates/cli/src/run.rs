@@ -200,6 +200,7 @@ pub fn main(a: Args) -> Result<()> {
             "decode_bytes_per_token": decode_bytes,
             "decode_gb_per_s": decode_gbs,
             "load_ms": load_ms, "prompt_tokens": n_prompt, "ttft_ms": ttft_ms,
+            "queue_ms": t.queue.as_secs_f64() * 1e3, "prefill_ms": t.prefill.as_secs_f64() * 1e3,
             "prefill_tokens_per_s": prefill_tps, "generated_tokens": generated,
             "decode_tokens_per_s": decode_tps, "threads": threads.get(), "finish_reason": finish,
         });

@@ -83,7 +83,7 @@ struct Matrices {
     ty: GgmlType,
     shapes: Vec<(usize, usize)>,
     data: Vec<Vec<u8>>,
-    packed: Vec<Option<Vec<u8>>>,
+    packed: Vec<Option<crate::quant::repack::Aligned>>,
 }
 
 impl Matrices {

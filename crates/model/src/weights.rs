@@ -17,7 +17,7 @@ pub struct Tensor {
     start: usize,
     len: usize,
     /// A copy in a layout the matmul kernels read faster (see [`Tensor::pack`]).
-    packed: Option<std::sync::Arc<Vec<u8>>>,
+    packed: Option<std::sync::Arc<hasten_kernels::quant::repack::Aligned>>,
 }
 
 impl Tensor {

@@ -26,6 +26,46 @@
 use crate::quant::GgmlType;
 use crate::rows::Q8Row;
 
+/// Bytes whose first byte sits on a 64-byte boundary: a packed copy of
+/// the weights. Where a heap allocation starts is the allocator's choice
+/// (mmap'd chunks start 16 bytes past a page, heap chunks anywhere on 16),
+/// so without this which of a matrix's 32-byte loads straddle two cache
+/// lines would change with the allocation history of the process; now it
+/// is the same in every process (the kernels' own layout decides).
+#[derive(Debug, Clone)]
+pub struct Aligned {
+    buf: Vec<u8>,
+    off: usize,
+    len: usize,
+}
+
+impl Aligned {
+    pub const ALIGN: usize = 64;
+
+    /// `len` zero bytes starting on a 64-byte boundary.
+    pub fn zeroed(len: usize) -> Self {
+        let buf = vec![0u8; len + Self::ALIGN - 1];
+        let off = buf.as_ptr().align_offset(Self::ALIGN);
+        Aligned { buf, off, len }
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        &self.buf[self.off..self.off + self.len]
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.buf[self.off..self.off + self.len]
+    }
+}
+
+impl std::ops::Deref for Aligned {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
 /// Bytes of one block column of one eight-row group, for the types that have the layout.
 pub fn x8_unit(ty: GgmlType) -> Option<usize> {
     match ty {
@@ -41,7 +81,7 @@ pub fn x8_unit(ty: GgmlType) -> Option<usize> {
 /// Repacks `rows` rows of `cols` elements of `ty`; `None` unless the type
 /// has the layout, `rows % 8 == 0`, `cols % 32 == 0` and `data` holds
 /// exactly the rows.
-pub fn repack_x8(ty: GgmlType, data: &[u8], rows: usize, cols: usize) -> Option<Vec<u8>> {
+pub fn repack_x8(ty: GgmlType, data: &[u8], rows: usize, cols: usize) -> Option<Aligned> {
     if ty == GgmlType::Q4K {
         return repack_q4_kx8(data, rows, cols);
     }
@@ -78,7 +118,7 @@ pub(crate) fn repack_with(
     cols: usize,
     (qk, block, unit): (usize, usize, usize),
     fill: impl Fn(&mut [u8], usize, &[u8]),
-) -> Option<Vec<u8>> {
+) -> Option<Aligned> {
     let nb = cols / qk;
     if rows == 0
         || !rows.is_multiple_of(8)
@@ -88,8 +128,8 @@ pub(crate) fn repack_with(
         return None;
     }
     let row_bytes = nb * block;
-    let mut out = vec![0u8; rows / 8 * nb * unit];
-    for (g, group) in out.chunks_exact_mut(nb * unit).enumerate() {
+    let mut out = Aligned::zeroed(rows / 8 * nb * unit);
+    for (g, group) in out.as_mut_slice().chunks_exact_mut(nb * unit).enumerate() {
         for (b, u) in group.chunks_exact_mut(unit).enumerate() {
             for r in 0..8 {
                 fill(u, r, &data[(8 * g + r) * row_bytes + block * b..][..block]);
@@ -107,7 +147,7 @@ pub const Q5_0_UNIT: usize = 16 + 32 + 128;
 
 /// Repacks Q5_0 rows into eight-row groups; `None` on the shapes
 /// [`repack_x8`] refuses.
-pub fn repack_q5_0x8(data: &[u8], rows: usize, cols: usize) -> Option<Vec<u8>> {
+pub fn repack_q5_0x8(data: &[u8], rows: usize, cols: usize) -> Option<Aligned> {
     repack_with(data, rows, cols, (32, 22, Q5_0_UNIT), |u, r, blk| {
         u[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
         let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
@@ -137,7 +177,7 @@ pub const Q4_1_UNIT: usize = 32 + 128;
 pub const Q5_1_UNIT: usize = 32 + 32 + 128;
 
 /// Repacks Q4_1 or (`five`) Q5_1 rows; `None` on the shapes [`repack_x8`] refuses.
-fn repack_q_1x8(five: bool, data: &[u8], rows: usize, cols: usize) -> Option<Vec<u8>> {
+fn repack_q_1x8(five: bool, data: &[u8], rows: usize, cols: usize) -> Option<Aligned> {
     let (block, unit) = if five {
         (24, Q5_1_UNIT)
     } else {
@@ -246,7 +286,7 @@ pub const Q4K_UNIT: usize = 32 + 128 + 1024;
 
 /// Repacks Q4_K rows into eight-row groups (see the module docs); `None`
 /// unless `rows % 8 == 0` and `data` holds exactly the rows.
-pub fn repack_q4_kx8(data: &[u8], rows: usize, cols: usize) -> Option<Vec<u8>> {
+pub fn repack_q4_kx8(data: &[u8], rows: usize, cols: usize) -> Option<Aligned> {
     repack_with(data, rows, cols, (256, 144, Q4K_UNIT), |u, r, blk| {
         fill_q4k(u, r, &blk[..16], &blk[16..144])
     })
@@ -276,7 +316,7 @@ pub fn dot_q4_kx8(group: &[u8], x: &[u8]) -> [f32; 8] {
 }
 
 /// [`repack_x8`] for Q4_0.
-pub fn repack_q4_0x8(data: &[u8], rows: usize, cols: usize) -> Option<Vec<u8>> {
+pub fn repack_q4_0x8(data: &[u8], rows: usize, cols: usize) -> Option<Aligned> {
     repack_x8(GgmlType::Q4_0, data, rows, cols)
 }
 
@@ -325,11 +365,25 @@ pub fn dot_q4_0x8(group: &[u8], x: Q8Row<'_>) -> [f32; 8] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
     use crate::cpu::Kernels;
     use crate::quant::dot::{dot_q4_0_q8_0, dot_q8_0_q8_0, quantize_q8_0_act};
     use crate::quant::quantize_row;
     use crate::rows::{q8_row_terms, X8_N};
     use rand::{Rng, SeedableRng};
+
+    #[test]
+    fn packed_weights_start_on_a_cache_line() {
+        for len in [0, 1, 63, 64, 1000, 1 << 20] {
+            let a = Aligned::zeroed(len);
+            assert_eq!(a.len(), len);
+            assert_eq!(a.as_ptr() as usize % Aligned::ALIGN, 0);
+            assert!(a.iter().all(|&b| b == 0));
+        }
+        let w = vec![0u8; 8 * 34];
+        let p = repack_x8(GgmlType::Q8_0, &w, 8, 32).unwrap();
+        assert_eq!(p.as_ptr() as usize % Aligned::ALIGN, 0);
+    }
 
     const TYPES: [GgmlType; 5] = [
         GgmlType::Q4_0,

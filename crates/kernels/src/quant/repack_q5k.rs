@@ -20,7 +20,7 @@ const BLOCK: usize = 176;
 
 /// Repacks Q5_K rows; `None` unless `rows % 8 == 0`, `cols % 256 == 0` and
 /// `data` holds exactly the rows.
-pub fn repack_q5_kx8(data: &[u8], rows: usize, cols: usize) -> Option<Vec<u8>> {
+pub fn repack_q5_kx8(data: &[u8], rows: usize, cols: usize) -> Option<super::repack::Aligned> {
     repack_with(data, rows, cols, (256, BLOCK, Q5K_UNIT), |u, r, blk| {
         let (qh, qs) = (&blk[16..48], &blk[48..176]);
         fill_q4k(u, r, &blk[..16], qs);

@@ -15,7 +15,7 @@ pub const Q6K_UNIT: usize = 16 + 128 + 2048;
 
 /// Repacks Q6_K rows; `None` unless `rows % 8 == 0`, `cols % 256 == 0` and
 /// `data` holds exactly the rows.
-pub fn repack_q6_kx8(data: &[u8], rows: usize, cols: usize) -> Option<Vec<u8>> {
+pub fn repack_q6_kx8(data: &[u8], rows: usize, cols: usize) -> Option<super::repack::Aligned> {
     repack_with(data, rows, cols, (256, 210, Q6K_UNIT), |u, r, bw| {
         let (ql, qh, sc) = (&bw[0..128], &bw[128..192], &bw[192..208]);
         u[2 * r..2 * r + 2].copy_from_slice(&bw[208..210]);

@@ -548,6 +548,7 @@ macro_rules! tile {
         /// wrapper checked.
         #[target_feature(enable = "avx2,fma,f16c")]
         unsafe fn $impl_name(w: [&[u8]; 4], x: [Q8Row<'_>; $rn], nb: usize) -> [[f32; $rn]; 4] {
+            super::align_frame!();
             let mut acc = [[_mm256_setzero_ps(); $rn]; 4];
             for b in 0..nb {
                 let mut qx = [_mm256_setzero_si256(); $rn];

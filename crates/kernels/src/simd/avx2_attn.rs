@@ -119,6 +119,7 @@ unsafe fn tile_impl(
     scores: &mut [f32],
     out: &mut [f32],
 ) {
+    super::align_frame!();
     let hd = view.kv.head_dim;
     let nv = hd / 8;
     let n_last = n_ctx + t - 1;

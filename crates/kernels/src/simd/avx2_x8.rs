@@ -183,6 +183,7 @@ macro_rules! x8 {
         /// wrapper checked.
         #[target_feature(enable = "avx2,fma,f16c")]
         unsafe fn $impl_name(group: &[u8], x: [Q8Row<'_>; $rn], nb: usize) -> [[f32; 8]; $rn] {
+            super::align_frame!();
             let mut acc = [_mm256_setzero_ps(); $rn];
             // Skip each row's first f16 scale: `q` then points at block 0's quants.
             let q = x.map(|r| r.q.as_ptr().wrapping_add(2));
@@ -452,6 +453,7 @@ macro_rules! k8 {
         /// wrapper checked.
         #[target_feature(enable = "avx2,fma,f16c")]
         unsafe fn $impl_name(group: &[u8], x: [&[u8]; $rn], nb: usize) -> [[f32; 8]; $rn] {
+            super::align_frame!();
             let mut acc = [_mm256_setzero_ps(); $rn];
             for b in 0..nb {
                 // SAFETY: unit `b < nb` lies inside `group`.
