@@ -64,7 +64,7 @@ for shape in $shapes; do
   for r in $(seq "$rounds"); do
     for n in $lengths; do
       seed=$((seed + 1))
-      v=$("$hasten" run --model "$model" --random-prompt "$n" --seed "$seed" -n 1 -t "$threads" --json-stats 2>&1 >/dev/null \
+      v=$("$hasten" run --model "$model" --random-prompt "$n" --seed "$seed" -n 1 --temperature 0 -t "$threads" --json-stats 2>&1 >/dev/null \
         | tail -n 1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["ttft_ms"])')
       record "$shape" "$n" run ttft_ms "$v"
       seed=$((seed + 1))
@@ -78,7 +78,7 @@ for shape in $shapes; do
     done
     # Single-stream TPOT: a 64-token prompt, then TPOT_TOKENS decode steps.
     seed=$((seed + 1))
-    v=$("$hasten" run --model "$model" --random-prompt 64 --seed "$seed" -n "$((tpot_tokens + 1))" --ignore-eos -t "$threads" --json-stats 2>&1 >/dev/null \
+    v=$("$hasten" run --model "$model" --random-prompt 64 --seed "$seed" -n "$((tpot_tokens + 1))" --ignore-eos --temperature 0 -t "$threads" --json-stats 2>&1 >/dev/null \
       | tail -n 1 | python3 -c 'import json,sys; print(1e3/json.load(sys.stdin)["decode_tokens_per_s"])')
     record "$shape" 64 run tpot_ms "$v"
     seed=$((seed + 1))

@@ -4,7 +4,8 @@ Sends the same seeded random token ids that `hasten run --random-prompt N
 --seed S` feeds (the xorshift of crates/cli/src/run.rs), with max_tokens 1
 (or --max-tokens for a TPOT figure), streaming, one request at a time, and
 prints one JSON line per request: ttft_ms (send to first content chunk),
-e2e_ms, and tpot_ms when more than one token came back.
+e2e_ms, and tpot_ms when more than one token came back (server_tpot_ms too
+when the server reports hasten's `timing` extension).
 
 Usage: ttft_probe.py URL N_TOKENS SEED [--vocab V] [--max-tokens K]
 """
@@ -53,12 +54,15 @@ def main():
     t0 = time.perf_counter()
     first = None
     stamps = []
+    timing = None
     with urllib.request.urlopen(req, timeout=600) as r:
         for line in r:
             line = line.strip()
             if not line.startswith(b"data:") or line == b"data: [DONE]":
                 continue
             chunk = json.loads(line[5:])
+            if chunk.get("timing"):
+                timing = chunk["timing"]
             choices = chunk.get("choices") or []
             if choices and (choices[0].get("text") or choices[0].get("finish_reason") is None):
                 now = time.perf_counter()
@@ -69,6 +73,10 @@ def main():
     out = {"ttft_ms": (first - t0) * 1e3 if first else None, "e2e_ms": (end - t0) * 1e3}
     if len(stamps) > 1:
         out["tpot_ms"] = (stamps[-1] - stamps[0]) / (len(stamps) - 1) * 1e3
+        # hasten's own figure (the `timing` extension): decode time over
+        # the steps after the first token, as the engine measured it.
+        if timing and timing.get("decode_ms") is not None:
+            out["server_tpot_ms"] = timing["decode_ms"] / (len(stamps) - 1)
     print(json.dumps(out))
 
 
