@@ -107,6 +107,9 @@ pub fn main(a: Args) -> Result<()> {
             prompt.len()
         );
     }
+    if a.max_batch_tokens == 0 {
+        bail!("--max-batch-tokens must be at least 1");
+    }
     // As llama.cpp's -n: what the context leaves, at most.
     let max_new = a.max_tokens.min(ctx - prompt.len());
     let n_prompt = prompt.len();

@@ -132,6 +132,18 @@ fn bad_input_is_a_clear_error() {
             vec!["run", "--model", &model, "-p", "x", "--top-p", "0"],
             "top_p",
         ),
+        (
+            vec![
+                "run",
+                "--model",
+                &model,
+                "-p",
+                "x",
+                "--max-batch-tokens",
+                "0",
+            ],
+            "--max-batch-tokens must be at least 1",
+        ),
     ];
     for (args, want) in cases {
         let o = hasten(&args);
