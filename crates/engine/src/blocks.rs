@@ -194,7 +194,10 @@ impl BlockPool {
 
     pub fn stats(&self) -> PoolStats {
         let p = self.inner.borrow();
-        let used = p.entries.iter().filter(|e| e.refs > 0).count();
+        // Every block is free, idle in the cache's LRU, or referenced: no
+        // walk over the pool (this runs every step).
+        let used = p.entries.len() - p.free.len() - p.lru.len();
+        debug_assert_eq!(used, p.entries.iter().filter(|e| e.refs > 0).count());
         PoolStats {
             total: p.entries.len(),
             free: p.free.len(),
