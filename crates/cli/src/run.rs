@@ -5,7 +5,7 @@
 //! its figures come from the engine's `Finish` timing.
 
 use anyhow::{bail, Context, Result};
-use hasten_engine::{Engine, EngineConfig, Event, FinishReason, RequestSpec};
+use hasten_engine::{Engine, EngineConfig, Event, RequestSpec};
 use hasten_model::chat::Message;
 use hasten_model::loader::load;
 use hasten_model::prompt::{self, Ending};
@@ -158,10 +158,7 @@ pub fn main(a: Args) -> Result<()> {
     engine.shutdown();
     let t = fin.timing;
     let generated = fin.output_tokens;
-    let finish = match fin.reason {
-        FinishReason::Stop => "stop",
-        FinishReason::Length | FinishReason::Deadline => "length",
-    };
+    let finish = fin.reason.as_openai();
     // TTFT as a user sees it: from submission to the first token's logits.
     let ttft_ms = (t.queue + t.prefill).as_secs_f64() * 1e3;
     let prefill_tps = n_prompt as f64 / t.prefill.as_secs_f64().max(1e-9);
