@@ -21,6 +21,14 @@ pub struct KvCache {
     v: Vec<f16>,
 }
 
+/// `n` zero halves from a zeroed allocation: the OS maps the pages lazily,
+/// so a 1 GiB pool costs memory only as blocks are first written (it was
+/// written in full at start-up: a 135M server sat at 1.2 GB resident).
+fn zeroed(n: usize) -> Vec<f16> {
+    use zerocopy::FromZeros;
+    f16::new_vec_zeroed(n).unwrap_or_else(|_| vec![f16::ZERO; n])
+}
+
 impl KvCache {
     /// Allocates `n_blocks` blocks of `block_size` tokens for every layer.
     pub fn new(config: &Config, n_blocks: usize, block_size: usize) -> Self {
@@ -31,8 +39,8 @@ impl KvCache {
             block_size,
             n_kv_heads: config.n_kv_heads,
             head_dim: config.head_dim,
-            k: vec![f16::ZERO; per_layer * config.n_layers],
-            v: vec![f16::ZERO; per_layer * config.n_layers],
+            k: zeroed(per_layer * config.n_layers),
+            v: zeroed(per_layer * config.n_layers),
         }
     }
 
@@ -76,5 +84,34 @@ impl KvCache {
         for (d, s) in self.v[base..base + kv_dim].iter_mut().zip(v) {
             *d = f16::from_f32(*s);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Resident memory of this process in KiB (Linux).
+    #[cfg(target_os = "linux")]
+    fn rss_kib() -> usize {
+        let s = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = s.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_large_pool_costs_memory_only_as_it_is_written() {
+        let n = 256 << 20; // 512 MiB of halves
+        let before = rss_kib();
+        let mut v = super::zeroed(n);
+        let after_alloc = rss_kib();
+        assert!(v.iter().step_by(4096).all(|x| x.to_f32() == 0.0));
+        v[n - 1] = half::f16::ONE;
+        // Reading zero pages maps the shared zero page; far less than 512 MiB
+        // became resident (the old `vec![f16::ZERO; n]` wrote all of it).
+        assert!(
+            after_alloc.saturating_sub(before) < 128 << 10,
+            "{before} -> {after_alloc} KiB"
+        );
+        assert_eq!(v[n - 1], half::f16::ONE);
     }
 }
