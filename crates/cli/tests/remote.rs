@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Faults, Proxy, Serve};
+use common::{metric, Faults, Proxy, Serve};
 use expectrl::{ControlCode, Session};
 use hasten_client::{Client, Config, OnBreak, Request};
 use hasten_protocol::chat::{ChatCompletionRequest, ChatMessage};
@@ -78,26 +78,39 @@ async fn a_stream_cut_mid_answer_is_resumed_and_arrives_exactly_once() {
 
 #[tokio::test]
 async fn a_forgotten_stream_is_continued_without_repeating_text() {
-    // With no grace period the server cancels a stream as soon as its
-    // client leaves, so the resume fails and the client continues.
+    // With no grace period the server cancels a stream as soon as it sees
+    // its client gone, so the resume fails and the client continues. The
+    // proxy holds the resume until the server has cancelled: a client can
+    // notice the cut before the server does, and a resume that arrives
+    // first still finds the stream (it did under a loaded CI machine).
     let server = Serve::start(&["--resume-grace", "0"]);
     let reference = client(server.url(), OnBreak::Fail)
         .stream(greedy(60))
         .collect()
         .await
         .unwrap();
-    let proxy = Proxy::start(
+    let proxy = Proxy::start_gated(
         &server.addr,
         Faults {
             cut_first_after_events: Some(10),
             ..Faults::default()
         },
     );
+    let (addr, gate) = (server.addr.clone(), proxy.gate());
+    let opener = std::thread::spawn(move || {
+        let t0 = std::time::Instant::now();
+        while metric(&addr, "hasten_requests_cancelled_total").unwrap_or(0.0) < 1.0 {
+            assert!(t0.elapsed() < Duration::from_secs(60), "never cancelled");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        gate.open();
+    });
     let out = client(proxy.url(), OnBreak::Continue)
         .stream(greedy(60))
         .collect()
         .await
         .unwrap();
+    opener.join().unwrap();
     assert_eq!(
         (out.stats.resumes, out.stats.continuations),
         (1, 1),

@@ -154,30 +154,75 @@ pub struct Proxy {
     pub addr: String,
     pub requests: Arc<Mutex<Vec<String>>>,
     pub connections: Arc<AtomicUsize>,
+    gate: Gate,
+}
+
+/// Holds the proxy's connections after the first until opened.
+#[derive(Clone, Default)]
+pub struct Gate(Arc<(Mutex<bool>, std::sync::Condvar)>);
+
+impl Gate {
+    fn opened() -> Gate {
+        let g = Gate::default();
+        g.open();
+        g
+    }
+
+    pub fn open(&self) {
+        *self.0 .0.lock().unwrap() = true;
+        self.0 .1.notify_all();
+    }
+
+    fn wait(&self) {
+        let mut open = self.0 .0.lock().unwrap();
+        while !*open {
+            open = self.0 .1.wait(open).unwrap();
+        }
+    }
 }
 
 impl Proxy {
     pub fn start(upstream: &str, faults: Faults) -> Proxy {
+        Proxy::start_with_gate(upstream, faults, Gate::opened())
+    }
+
+    /// A proxy whose connections after the first wait until [`Proxy::gate`]
+    /// is opened before anything reaches the server.
+    pub fn start_gated(upstream: &str, faults: Faults) -> Proxy {
+        Proxy::start_with_gate(upstream, faults, Gate::default())
+    }
+
+    pub fn gate(&self) -> Gate {
+        self.gate.clone()
+    }
+
+    fn start_with_gate(upstream: &str, faults: Faults, gate: Gate) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let requests = Arc::new(Mutex::new(Vec::new()));
         let connections = Arc::new(AtomicUsize::new(0));
         let (reqs, conns, up) = (requests.clone(), connections.clone(), upstream.to_string());
+        let g = gate.clone();
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { return };
                 let n = conns.fetch_add(1, Ordering::SeqCst);
-                let Ok(server) = TcpStream::connect(&up) else {
-                    continue;
-                };
-                let (reqs, f) = (reqs.clone(), faults);
-                std::thread::spawn(move || pipe(client, server, n, f, reqs));
+                let (reqs, f, g, up) = (reqs.clone(), faults, g.clone(), up.clone());
+                std::thread::spawn(move || {
+                    if n > 0 {
+                        g.wait();
+                    }
+                    if let Ok(server) = TcpStream::connect(&up) {
+                        pipe(client, server, n, f, reqs);
+                    }
+                });
             }
         });
         Proxy {
             addr,
             requests,
             connections,
+            gate,
         }
     }
 
@@ -208,6 +253,22 @@ impl Proxy {
         }
         out
     }
+}
+
+/// The value of the Prometheus sample `name` on the server at `addr`.
+pub fn metric(addr: &str, name: &str) -> Option<f64> {
+    let mut s = TcpStream::connect(addr).ok()?;
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut page = String::new();
+    s.read_to_string(&mut page).ok()?;
+    page.lines().find_map(|l| {
+        let (k, v) = l.split_once(' ')?;
+        (k == name).then(|| v.trim().parse().ok())?
+    })
 }
 
 fn pipe(
