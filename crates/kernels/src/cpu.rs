@@ -11,8 +11,8 @@
 
 use crate::quant::GgmlType;
 use crate::rows::{
-    AttendTile, F16Dot, K8Gemm, K8Gemv, Q8Row, QuantDot, QuantizeRow, Tile1, TileN, X8Gemm, X8Gemv,
-    X8_N,
+    AttendTile, F16Dot, K16Gemm, K8Gemm, K8Gemv, Q8Row, QuantDot, QuantizeRow, Tile1, TileN,
+    X16Gemm, X16Gemm4, X8Gemm, X8Gemv, X8_N,
 };
 use std::sync::OnceLock;
 
@@ -29,7 +29,7 @@ pub enum Isa {
     NeonDot,
     /// AVX2 + FMA + F16C.
     Avx2,
-    /// AVX-512 F/BW/VL with VNNI (detected; kernels fall back to AVX2 for now).
+    /// AVX-512 F/BW/VL with VNNI: the AVX2 table with `vpdpbusd` products.
     Avx512,
 }
 
@@ -218,6 +218,12 @@ pub struct Kernels {
     pub q4_kx8: (K8Gemv, K8Gemm),
     pub q5_kx8: (K8Gemv, K8Gemm),
     pub q6_kx8: (K8Gemv, K8Gemm),
+    /// Two eight-row groups at once, where the tier has wide registers.
+    pub x16: Option<X16Table>,
+    /// The zero offset the Q8_0 x8 and x16 kernels expect in the activation
+    /// terms: 0 for signed products; 128 where the weights are made
+    /// unsigned (`w ^ 0x80 = w + 128`) for `vpdpbusd`.
+    pub q8_0x8_offset: f32,
     pub f16_dot: F16Dot,
     /// The same for bf16 weights.
     pub bf16_dot: F16Dot,
@@ -229,6 +235,24 @@ pub struct Kernels {
     pub attend_tile: AttendTile,
     /// SwiGLU gate `gate = silu(gate) * up`.
     pub silu_mul: fn(&mut [f32], &[f32]),
+}
+
+/// The sixteen-row products of the 32-element types (see [`X16Gemm`]).
+#[derive(Clone, Copy)]
+pub struct X16Table {
+    pub q4_0: X16Gemm,
+    pub q4_1: X16Gemm,
+    pub q5_0: X16Gemm,
+    pub q5_1: X16Gemm,
+    pub q8_0: X16Gemm,
+    /// The same against four activation rows.
+    pub q4_0_4: X16Gemm4,
+    pub q4_1_4: X16Gemm4,
+    pub q5_0_4: X16Gemm4,
+    pub q5_1_4: X16Gemm4,
+    pub q8_0_4: X16Gemm4,
+    pub q4_k: K16Gemm,
+    pub q6_k: K16Gemm,
 }
 
 impl QuantPath {
@@ -247,6 +271,51 @@ impl Kernels {
             GgmlType::Q5_0 => Some(self.q5_0x8),
             GgmlType::Q4_1 => Some(self.q4_1x8),
             GgmlType::Q5_1 => Some(self.q5_1x8),
+            _ => None,
+        }
+    }
+
+    /// The zero offset the x8 and x16 kernels of a 32-element weight type
+    /// expect in [`Q8Row::ds`] (see [`crate::rows::q8_row_terms`]).
+    pub fn x8_zero_offset(&self, ty: GgmlType) -> f32 {
+        match ty {
+            GgmlType::Q8_0 => self.q8_0x8_offset,
+            _ => crate::rows::zero_offset(ty),
+        }
+    }
+
+    /// The sixteen-row kernel for a weight type, if the tier has one.
+    pub fn x16_path(&self, ty: GgmlType) -> Option<X16Gemm> {
+        let t = self.x16?;
+        match ty {
+            GgmlType::Q4_0 => Some(t.q4_0),
+            GgmlType::Q4_1 => Some(t.q4_1),
+            GgmlType::Q5_0 => Some(t.q5_0),
+            GgmlType::Q5_1 => Some(t.q5_1),
+            GgmlType::Q8_0 => Some(t.q8_0),
+            _ => None,
+        }
+    }
+
+    /// The sixteen-row kernel over four activation rows, if the tier has one.
+    pub fn x16_path4(&self, ty: GgmlType) -> Option<X16Gemm4> {
+        let t = self.x16?;
+        match ty {
+            GgmlType::Q4_0 => Some(t.q4_0_4),
+            GgmlType::Q4_1 => Some(t.q4_1_4),
+            GgmlType::Q5_0 => Some(t.q5_0_4),
+            GgmlType::Q5_1 => Some(t.q5_1_4),
+            GgmlType::Q8_0 => Some(t.q8_0_4),
+            _ => None,
+        }
+    }
+
+    /// The sixteen-row K-quant kernel for a weight type, if the tier has one.
+    pub fn k16_path(&self, ty: GgmlType) -> Option<K16Gemm> {
+        let t = self.x16?;
+        match ty {
+            GgmlType::Q4K => Some(t.q4_k),
+            GgmlType::Q6K => Some(t.q6_k),
             _ => None,
         }
     }
@@ -301,6 +370,8 @@ impl Kernels {
             q4_kx8: (q4_kx8_gemv_ref, q4_kx8_gemm_ref),
             q5_kx8: (q5_kx8_gemv_ref, q5_kx8_gemm_ref),
             q6_kx8: (q6_kx8_gemv_ref, q6_kx8_gemm_ref),
+            x16: None,
+            q8_0x8_offset: 0.0,
             f16_dot: r::dot_f16_f32,
             bf16_dot: r::dot_bf16_f32,
             kv_dot: r::dot_f32_f16,
@@ -311,7 +382,7 @@ impl Kernels {
         #[cfg(target_arch = "x86_64")]
         if isa >= Isa::Avx2 && supported() >= Isa::Avx2 {
             use crate::simd::avx2;
-            return Kernels {
+            let avx2 = Kernels {
                 isa: Isa::Avx2,
                 q8_0: QuantPath {
                     tiles: Some((avx2::tile_q8_0_1, avx2::tile_q8_0_n)),
@@ -328,11 +399,10 @@ impl Kernels {
                 // Unrepacked Q4_1/Q5_1 rows (row counts not a multiple of 8) are rare.
                 q4_1: q80(avx2::quantize_q8_0, r::dot_q4_1_q8_0),
                 q5_1: q80(avx2::quantize_q8_0, r::dot_q5_1_q8_0),
-                // Q8_K quantization is a small share of the work; it stays scalar.
-                q4_k: q8k(r::quantize_q8_k_act, avx2::dot_q4_k_q8_k),
+                q4_k: q8k(avx2::quantize_q8_k, avx2::dot_q4_k_q8_k),
                 // Unrepacked Q5_K rows (row counts not a multiple of 8) are rare.
-                q5_k: q8k(r::quantize_q8_k_act, r::dot_q5_k_q8_k),
-                q6_k: q8k(r::quantize_q8_k_act, avx2::dot_q6_k_q8_k),
+                q5_k: q8k(avx2::quantize_q8_k, r::dot_q5_k_q8_k),
+                q6_k: q8k(avx2::quantize_q8_k, avx2::dot_q6_k_q8_k),
                 q4_0x8: (
                     crate::simd::avx2_x8::gemv_q4_0x8,
                     crate::simd::avx2_x8::gemm_q4_0x8,
@@ -365,6 +435,8 @@ impl Kernels {
                     crate::simd::avx2_x8::gemv_q6_kx8,
                     crate::simd::avx2_x8::gemm_q6_kx8,
                 ),
+                x16: None,
+                q8_0x8_offset: 0.0,
                 f16_dot: avx2::dot_f16_f32,
                 bf16_dot: avx2::dot_bf16_f32,
                 kv_dot: avx2::dot_f32_f16,
@@ -372,6 +444,10 @@ impl Kernels {
                 attend_tile: crate::simd::avx2_attn::attend_tile,
                 silu_mul: avx2::silu_mul,
             };
+            if isa >= Isa::Avx512 && supported() >= Isa::Avx512 {
+                return avx512_table(avx2);
+            }
+            return avx2;
         }
         #[cfg(target_arch = "aarch64")]
         if isa >= Isa::NeonDot && supported() >= Isa::NeonDot {
@@ -381,6 +457,69 @@ impl Kernels {
         }
         let _ = isa;
         scalar
+    }
+}
+
+/// The AVX-512 tier's table: `vpdpbusd` products for every interleaved
+/// type (x8, and x16 pairs of groups for batched rows), 512-bit element
+/// kernels, the attention tile built with 32 registers; the rest (the
+/// 4-row tiles and one-row dots of unrepacked weights, the Q8_K quantizer,
+/// the KV dots) is the AVX2 table's.
+#[cfg(target_arch = "x86_64")]
+fn avx512_table(avx2: Kernels) -> Kernels {
+    use crate::simd::avx512 as e;
+    use crate::simd::avx512_x16 as w;
+    use crate::simd::avx512_x8 as v;
+    Kernels {
+        isa: Isa::Avx512,
+        q4_0x8: (v::gemv_q4_0x8, v::gemm_q4_0x8),
+        q8_0x8: (v::gemv_q8_0x8, v::gemm_q8_0x8),
+        q5_0x8: (v::gemv_q5_0x8, v::gemm_q5_0x8),
+        q4_1x8: (v::gemv_q4_1x8, v::gemm_q4_1x8),
+        q5_1x8: (v::gemv_q5_1x8, v::gemm_q5_1x8),
+        q4_kx8: (v::gemv_q4_kx8, v::gemm_q4_kx8),
+        q5_kx8: (v::gemv_q5_kx8, v::gemm_q5_kx8),
+        q6_kx8: (v::gemv_q6_kx8, v::gemm_q6_kx8),
+        x16: Some(X16Table {
+            q4_0: w::gemm_q4_0x16,
+            q4_1: w::gemm_q4_1x16,
+            q5_0: w::gemm_q5_0x16,
+            q5_1: w::gemm_q5_1x16,
+            q8_0: w::gemm_q8_0x16,
+            q4_0_4: w::gemm_q4_0x16_4,
+            q4_1_4: w::gemm_q4_1x16_4,
+            q5_0_4: w::gemm_q5_0x16_4,
+            q5_1_4: w::gemm_q5_1x16_4,
+            q8_0_4: w::gemm_q8_0x16_4,
+            q4_k: crate::simd::avx512_k16::gemm_q4_kx16,
+            q6_k: crate::simd::avx512_k16::gemm_q6_kx16,
+        }),
+        q8_0x8_offset: 128.0,
+        attend_tile: crate::simd::avx2_attn::attend_tile_avx512,
+        f16_dot: e::dot_f16_f32,
+        bf16_dot: e::dot_bf16_f32,
+        silu_mul: e::silu_mul,
+        q8_0: QuantPath {
+            quantize: e::quantize_q8_0,
+            ..avx2.q8_0
+        },
+        q4_0: QuantPath {
+            quantize: e::quantize_q8_0,
+            ..avx2.q4_0
+        },
+        q5_0: QuantPath {
+            quantize: e::quantize_q8_0,
+            ..avx2.q5_0
+        },
+        q4_1: QuantPath {
+            quantize: e::quantize_q8_0,
+            ..avx2.q4_1
+        },
+        q5_1: QuantPath {
+            quantize: e::quantize_q8_0,
+            ..avx2.q5_1
+        },
+        ..avx2
     }
 }
 
@@ -450,12 +589,9 @@ mod tests {
         assert_eq!(tiers.first(), Some(&Isa::Scalar));
         assert_eq!(tiers.last(), Some(&supported()));
         assert!(tiers.windows(2).all(|w| w[0] < w[1]));
-        // The table of the best tier is that tier's, except that AVX-512
-        // resolves to the AVX2 kernels until it has its own.
-        let table = Kernels::for_isa(supported());
-        assert!(tiers.contains(&table.isa), "{:?}", table.isa);
-        if supported() != Isa::Avx512 {
-            assert_eq!(table.isa, supported());
+        // The table of the best tier is that tier's, and each lower one's its own.
+        for &isa in &tiers {
+            assert_eq!(Kernels::for_isa(isa).isa, isa);
         }
         if let Ok(want) = std::env::var("HASTEN_EXPECT_ISA") {
             assert_eq!(supported().name(), want.trim());

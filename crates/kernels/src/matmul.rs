@@ -9,7 +9,7 @@ use crate::quant::repack::{packed_bytes, x8_unit, Q4K_UNIT};
 use crate::quant::repack_q5k::Q5K_UNIT;
 use crate::quant::repack_q6k::Q6K_UNIT;
 use crate::quant::{dequantize_row, GgmlType};
-use crate::rows::{q8_row_terms, Q8Row, Tile1, TileN, TILE_N, X8_N};
+use crate::rows::{q8_row_terms_into, Q8Row, Tile1, TileN, TILE_N, X4_N, X8_N};
 use crate::threads::{par_chunks, par_column_blocks, ColumnBlock, Threads};
 use crate::{Error, Result};
 use std::cell::RefCell;
@@ -85,12 +85,23 @@ impl<'a> WeightMatrix<'a> {
 struct Scratch {
     row: Vec<f32>,
     xq: Vec<u8>,
-    xd: Vec<f32>,
-    xds: Vec<f32>,
+    /// Per activation row: the blocks' `d`, then their `ds` (see [`Q8Row`]).
+    xt: Vec<f32>,
 }
 
 thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// The four-row kernel of the K-quant types, which have none.
+type NoX4 = fn([&[u8]; 2], [&[u8]; X4_N]) -> [[f32; 16]; X4_N];
+const NO_X4: Option<NoX4> = None;
+
+/// Makes `v` at least `len` long; new elements are zero, old ones kept.
+fn grow<T: Copy + Default>(v: &mut Vec<T>, len: usize) {
+    if v.len() < len {
+        v.resize(len, T::default());
+    }
 }
 
 /// Activation rows per cache block in batched products: their quantized
@@ -112,12 +123,12 @@ pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads
     if let Some(path) = k.quant_path(w.ty) {
         let act_rb = path.act_row_bytes(w.cols);
         let mut s = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
-        s.xq.clear();
-        s.xq.resize(n * act_rb, 0);
+        // Every byte is rewritten below: grow without zeroing what is there.
+        grow(&mut s.xq, n * act_rb);
         let quantize = path.quantize;
         // Quantizing a few rows costs less than waking the pool.
         let qthreads = if n >= 16 { threads } else { Threads::ONE };
-        par_chunks(&mut s.xq, act_rb, qthreads, |t0, piece| {
+        par_chunks(&mut s.xq[..n * act_rb], act_rb, qthreads, |t0, piece| {
             let xs = &x[t0 * w.cols..];
             for (xr, qr) in xs.chunks_exact(w.cols).zip(piece.chunks_exact_mut(act_rb)) {
                 quantize(xr, qr);
@@ -133,23 +144,45 @@ pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads
             let xq = &s.xq;
             let xrow = |t: usize| &xq[t * act_rb..(t + 1) * act_rb];
             let group_bytes = w.cols / 256 * unit;
-            par_column_blocks(out, w.rows, 8, threads, |blk| {
-                x8_rows(packed, group_bytes, n, blk, &xrow, gemv, gemm)
+            let k16 = k.k16_path(w.ty).filter(|_| n >= X8_N);
+            let width = if k16.is_some() { 16 } else { 8 };
+            par_column_blocks(out, w.rows, width, threads, |blk| {
+                x8_rows(packed, group_bytes, n, blk, &xrow, gemv, gemm, k16, NO_X4)
             });
         } else if w.packed.is_some() || path.tiles.is_some() {
             let nb = w.cols / 32;
-            q8_row_terms(w.ty, &s.xq, &mut s.xd, &mut s.xds);
-            let (q, d, ds) = (&s.xq, &s.xd, &s.xds);
+            let x8 = (w.packed, k.x8_path(w.ty), x8_unit(w.ty));
+            let offset = match x8 {
+                (Some(_), Some(_), Some(_)) => k.x8_zero_offset(w.ty),
+                _ => crate::rows::zero_offset(w.ty),
+            };
+            grow(&mut s.xt, n * 2 * nb);
+            let q = &s.xq;
+            par_chunks(&mut s.xt[..n * 2 * nb], 2 * nb, qthreads, |t0, piece| {
+                for (i, terms) in piece.chunks_exact_mut(2 * nb).enumerate() {
+                    let (d, ds) = terms.split_at_mut(nb);
+                    let t = t0 + i;
+                    q8_row_terms_into(offset, &q[t * act_rb..(t + 1) * act_rb], d, ds);
+                }
+            });
+            let xt = &s.xt;
             let xrow = |t: usize| Q8Row {
                 q: &q[t * act_rb..(t + 1) * act_rb],
-                d: &d[t * nb..(t + 1) * nb],
-                ds: &ds[t * nb..(t + 1) * nb],
+                d: &xt[2 * t * nb..(2 * t + 1) * nb],
+                ds: &xt[(2 * t + 1) * nb..(2 * t + 2) * nb],
             };
-            if let (Some(packed), Some((gemv, gemm)), Some(unit)) =
-                (w.packed, k.x8_path(w.ty), x8_unit(w.ty))
-            {
-                par_column_blocks(out, w.rows, 8, threads, |blk| {
-                    x8_rows(packed, nb * unit, n, blk, &xrow, gemv, gemm)
+            if let (Some(packed), Some((gemv, gemm)), Some(unit)) = x8 {
+                let x16 = k.x16_path(w.ty).filter(|_| n >= X8_N);
+                // Only a token block's last rows can be a short set.
+                let x16_4 = k.x16_path4(w.ty).filter(|_| n % X8_N >= X4_N);
+                // Blocks of whole group pairs, so that every group has its partner.
+                let width = if x16.is_some() || x16_4.is_some() {
+                    16
+                } else {
+                    8
+                };
+                par_column_blocks(out, w.rows, width, threads, |blk| {
+                    x8_rows(packed, nb * unit, n, blk, &xrow, gemv, gemm, x16, x16_4)
                 });
             } else if let Some(tiles) = path.tiles {
                 par_column_blocks(out, w.rows, 4, threads, |blk| {
@@ -192,8 +225,10 @@ pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads
 /// Products of the eight-row groups of `packed` (`group_bytes` each) for the
 /// weight rows of `blk` (its first row a multiple of 8) with all `n`
 /// activation rows (`xrow(t)`), written into `blk`'s columns of `out`.
-/// The row sets handed to the kernels are built once per token block, not
-/// once per group.
+/// Full sets of [`X8_N`] activation rows take two groups at a time through
+/// `gemm16` where there is one. The row sets handed to the kernels are
+/// built once per token block, not once per group.
+#[allow(clippy::too_many_arguments)]
 fn x8_rows<R: Copy>(
     packed: &[u8],
     group_bytes: usize,
@@ -202,6 +237,8 @@ fn x8_rows<R: Copy>(
     xrow: &impl Fn(usize) -> R,
     gemv: impl Fn(&[u8], [R; 1]) -> [[f32; 8]; 1],
     gemm: impl Fn(&[u8], [R; X8_N]) -> [[f32; 8]; X8_N],
+    gemm16: Option<impl Fn([&[u8]; 2], [R; X8_N]) -> [[f32; 16]; X8_N]>,
+    gemm16_4: Option<impl Fn([&[u8]; 2], [R; X4_N]) -> [[f32; 16]; X4_N]>,
 ) {
     const SETS: usize = TOKEN_BLOCK / X8_N;
     let (r0, rows) = (blk.first(), blk.width());
@@ -213,17 +250,52 @@ fn x8_rows<R: Copy>(
             std::array::from_fn(|s| std::array::from_fn(|j| xrow((t0 + s * X8_N + j).min(n - 1))));
         let tail0 = t0 + full * X8_N;
         let tail: [R; X8_N] = std::array::from_fn(|j| xrow((tail0 + j).min(n - 1)));
-        for i in (0..rows).step_by(8) {
-            let g = (r0 + i) / 8;
-            let group = &packed[g * group_bytes..(g + 1) * group_bytes];
-            for (s, set) in sets[..full].iter().enumerate() {
-                let v = gemm(group, *set);
-                for (j, vj) in v.iter().enumerate() {
-                    blk.row(t0 + s * X8_N + j)[i..i + 8].copy_from_slice(vj);
+        let group = |g: usize| &packed[g * group_bytes..(g + 1) * group_bytes];
+        // Rows covered by sixteen-row products.
+        let paired = if gemm16.is_some() || gemm16_4.is_some() {
+            rows / 16 * 16
+        } else {
+            0
+        };
+        // Tail rows done four at a time over the paired groups.
+        let quad = match &gemm16_4 {
+            Some(g4) if t1 - tail0 >= X4_N => {
+                let set: [R; X4_N] = std::array::from_fn(|j| tail[j]);
+                for i in (0..paired).step_by(16) {
+                    let g = (r0 + i) / 8;
+                    for (j, vj) in g4([group(g), group(g + 1)], set).iter().enumerate() {
+                        blk.row(tail0 + j)[i..i + 16].copy_from_slice(vj);
+                    }
+                }
+                X4_N
+            }
+            _ => 0,
+        };
+        if let Some(gemm16) = &gemm16 {
+            for i in (0..paired).step_by(16) {
+                let g = (r0 + i) / 8;
+                for (s, set) in sets[..full].iter().enumerate() {
+                    let v = gemm16([group(g), group(g + 1)], *set);
+                    for (j, vj) in v.iter().enumerate() {
+                        blk.row(t0 + s * X8_N + j)[i..i + 16].copy_from_slice(vj);
+                    }
                 }
             }
-            for (j, &x) in tail[..t1 - tail0].iter().enumerate() {
-                blk.row(tail0 + j)[i..i + 8].copy_from_slice(&gemv(group, [x])[0]);
+        }
+        for i in (0..rows).step_by(8) {
+            let g = (r0 + i) / 8;
+            let group = group(g);
+            if i >= paired {
+                for (s, set) in sets[..full].iter().enumerate() {
+                    let v = gemm(group, *set);
+                    for (j, vj) in v.iter().enumerate() {
+                        blk.row(t0 + s * X8_N + j)[i..i + 8].copy_from_slice(vj);
+                    }
+                }
+            }
+            let first = if i < paired { quad } else { 0 };
+            for (j, &x) in tail[first..t1 - tail0].iter().enumerate() {
+                blk.row(tail0 + first + j)[i..i + 8].copy_from_slice(&gemv(group, [x])[0]);
             }
         }
     }

@@ -1,7 +1,9 @@
 //! Machine probes for `hasten estimate --measure`: the read bandwidth the
 //! worker pool reaches on a buffer larger than the caches, and the rate of
 //! hasten's own matmul kernels on a cache-resident weight matrix (the
-//! compute ceiling of decode at one activation row and of prefill at many).
+//! compute ceiling of decode at one activation row and of prefill at many),
+//! and the int8 `vpdpbusd` peak of the AVX-512 VNNI tier (what prefill
+//! rates are reported against).
 //! The read-bandwidth probe reports the best pass (what the memory can
 //! do); the kernel probes report the median pass, what a run on a shared,
 //! noisy machine typically sees.
@@ -32,6 +34,33 @@ fn median_pass<E>(
 fn median(times: &mut [f64]) -> f64 {
     times.sort_by(f64::total_cmp);
     times[times.len() / 2]
+}
+
+/// The int8 multiply-accumulates per second `threads` pool workers reach
+/// with independent 512-bit `vpdpbusd` (the ceiling of the AVX-512 VNNI
+/// kernels), best of `passes`; `None` on CPUs without AVX-512 VNNI.
+pub fn int8_peak(threads: Threads, passes: usize) -> Option<f64> {
+    #[cfg(target_arch = "x86_64")]
+    let run = crate::simd::avx512::dpbusd_loop;
+    #[cfg(not(target_arch = "x86_64"))]
+    let run = |_: usize| -> Option<i32> { None };
+    const ITERS: usize = 2_000_000;
+    run(1)?;
+    let n = threads.get();
+    let mut best = 0f64;
+    for _ in 0..passes.max(1) {
+        let mut sink = vec![0i32; n];
+        let t0 = Instant::now();
+        par_chunks(&mut sink, 1, threads, |_, piece| {
+            for v in piece.iter_mut() {
+                *v = run(ITERS).unwrap_or(0);
+            }
+        });
+        let secs = t0.elapsed().as_secs_f64();
+        std::hint::black_box(&sink);
+        best = best.max((n * ITERS * 12 * 64) as f64 / secs);
+    }
+    Some(best)
 }
 
 /// Bytes per second (10^9 per GB) `threads` pool workers read streaming a

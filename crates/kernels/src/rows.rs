@@ -48,22 +48,45 @@ pub type X8Gemv = fn(group: &[u8], x: [Q8Row<'_>; 1]) -> [[f32; 8]; 1];
 /// The same against [`X8_N`] activation rows.
 pub type X8Gemm = fn(group: &[u8], x: [Q8Row<'_>; X8_N]) -> [[f32; 8]; X8_N];
 
+/// Two adjacent eight-row groups against [`X8_N`] activation rows: row `r`
+/// of each result is the pair's row `r` (the first group's rows, then the
+/// second's).
+pub type X16Gemm = fn(groups: [&[u8]; 2], x: [Q8Row<'_>; X8_N]) -> [[f32; 16]; X8_N];
+
+/// Activation rows of the short sixteen-row tiles ([`X16Gemm4`]).
+pub const X4_N: usize = 4;
+/// The same as [`X16Gemm`] against [`X4_N`] activation rows (the tails of
+/// batches that are not a multiple of [`X8_N`]).
+pub type X16Gemm4 = fn(groups: [&[u8]; 2], x: [Q8Row<'_>; X4_N]) -> [[f32; 16]; X4_N];
+
+/// Two adjacent eight-row K-quant groups against [`X8_N`] Q8_K activation
+/// rows (rows as in [`X16Gemm`]).
+pub type K16Gemm = fn(groups: [&[u8]; 2], x: [&[u8]; X8_N]) -> [[f32; 16]; X8_N];
+
 /// One eight-row Q4_K, Q5_K or Q6_K group against one Q8_K activation row.
 pub type K8Gemv = fn(group: &[u8], x: [&[u8]; 1]) -> [[f32; 8]; 1];
 /// The same against [`X8_N`] Q8_K activation rows.
 pub type K8Gemm = fn(group: &[u8], x: [&[u8]; X8_N]) -> [[f32; 8]; X8_N];
 
 /// Fills the per-block `d` and `ds` of [`Q8Row`] for Q8_0 blocks `q`, for
-/// weights of type `ty`.
-pub fn q8_row_terms(ty: GgmlType, q: &[u8], d: &mut Vec<f32>, ds: &mut Vec<f32>) {
-    let offset_term = -zero_offset(ty) / 8.0;
-    d.clear();
-    ds.clear();
-    for b in q.chunks_exact(34) {
+/// weights whose kernel subtracts the zero offset `offset` (usually
+/// [`zero_offset`] of the weight type; see
+/// [`crate::cpu::Kernels::x8_zero_offset`]).
+pub fn q8_row_terms(offset: f32, q: &[u8], d: &mut Vec<f32>, ds: &mut Vec<f32>) {
+    let nb = q.len() / 34;
+    d.resize(nb, 0.0);
+    ds.resize(nb, 0.0);
+    q8_row_terms_into(offset, q, d, ds);
+}
+
+/// [`q8_row_terms`] into slices of one value per block.
+pub fn q8_row_terms_into(offset: f32, q: &[u8], d: &mut [f32], ds: &mut [f32]) {
+    let offset_term = -offset / 8.0;
+    for ((b, d), ds) in q.chunks_exact(34).zip(d).zip(ds) {
         let scale = crate::quant::read_f16(&b[..2]);
         let sum: i32 = b[2..].iter().map(|&v| v as i8 as i32).sum();
-        d.push(scale);
-        ds.push(offset_term * scale * sum as f32);
+        *d = scale;
+        *ds = offset_term * scale * sum as f32;
     }
 }
 

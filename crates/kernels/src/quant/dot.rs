@@ -300,6 +300,27 @@ mod tests {
                 assert_eq!(got, want, "{:?}", k.isa);
             }
         }
+        // Q8_K: random blocks, ties of magnitude with opposite signs (the
+        // first one's sign wins), a zero block, and values on rounding ties.
+        for blocks in [1, 3] {
+            let mut x = row(&mut rng, 256 * blocks);
+            x[7] = -9.0;
+            x[100] = 9.0;
+            if blocks == 3 {
+                x[256..512].fill(0.0);
+                for (i, v) in x[512..].iter_mut().enumerate() {
+                    *v = (i as f32 - 128.0) * 0.5;
+                }
+                x[512] = 127.0;
+            }
+            let mut want = vec![0u8; Q8_K_BYTES * blocks];
+            quantize_q8_k_act(&x, &mut want);
+            for k in tiers() {
+                let mut got = vec![0u8; Q8_K_BYTES * blocks];
+                (k.q4_k.quantize)(&x, &mut got);
+                assert_eq!(got, want, "Q8_K {:?}", k.isa);
+            }
+        }
     }
 
     #[test]
@@ -351,7 +372,7 @@ mod tests {
                     quantize_q8_0_act(&row(&mut rng, n), r);
                 }
                 let (mut d, mut ds) = (Vec::new(), Vec::new());
-                q8_row_terms(ty, &xq, &mut d, &mut ds);
+                q8_row_terms(crate::rows::zero_offset(ty), &xq, &mut d, &mut ds);
                 let x: [Q8Row<'_>; TILE_N] = std::array::from_fn(|j| Q8Row {
                     q: &xq[34 * blocks * j..34 * blocks * (j + 1)],
                     d: &d[blocks * j..blocks * (j + 1)],

@@ -438,9 +438,24 @@ mod tests {
                 .collect();
             quantize_q8_0_act(&src, r);
         }
-        let (mut d, mut ds) = (Vec::new(), Vec::new());
-        q8_row_terms(ty, &xq, &mut d, &mut ds);
+        let (d, ds) = terms(crate::rows::zero_offset(ty), &xq);
         (xq, d, ds)
+    }
+
+    /// The per-block terms of activation rows `xq` for a zero offset.
+    fn terms(offset: f32, xq: &[u8]) -> (Vec<f32>, Vec<f32>) {
+        let (mut d, mut ds) = (Vec::new(), Vec::new());
+        q8_row_terms(offset, xq, &mut d, &mut ds);
+        (d, ds)
+    }
+
+    /// [`X8_N`] activation rows of `blocks` blocks each.
+    fn rows<'a>(xq: &'a [u8], d: &'a [f32], ds: &'a [f32], blocks: usize) -> [Q8Row<'a>; X8_N] {
+        std::array::from_fn(|j| Q8Row {
+            q: &xq[34 * blocks * j..34 * blocks * (j + 1)],
+            d: &d[blocks * j..blocks * (j + 1)],
+            ds: &ds[blocks * j..blocks * (j + 1)],
+        })
     }
 
     #[test]
@@ -451,17 +466,16 @@ mod tests {
                 let cols = 32 * blocks;
                 let packed = repack_x8(ty, &weights(&mut rng, ty, 8, cols), 8, cols).unwrap();
                 let (xq, d, ds) = acts(&mut rng, ty, X8_N, cols);
-                let x: [Q8Row<'_>; X8_N] = std::array::from_fn(|j| Q8Row {
-                    q: &xq[34 * blocks * j..34 * blocks * (j + 1)],
-                    d: &d[blocks * j..blocks * (j + 1)],
-                    ds: &ds[blocks * j..blocks * (j + 1)],
-                });
+                let x = rows(&xq, &d, &ds, blocks);
                 for isa in crate::cpu::tiers() {
-                    let (gemv, gemm) = Kernels::for_isa(isa).x8_path(ty).unwrap();
-                    let many = gemm(&packed, x);
+                    let table = Kernels::for_isa(isa);
+                    let (gemv, gemm) = table.x8_path(ty).unwrap();
+                    let (td, tds) = terms(table.x8_zero_offset(ty), &xq);
+                    let xt = rows(&xq, &td, &tds, blocks);
+                    let many = gemm(&packed, xt);
                     for j in 0..X8_N {
                         let want = reference(ty)(&packed, x[j]);
-                        let [one] = gemv(&packed, [x[j]]);
+                        let [one] = gemv(&packed, [xt[j]]);
                         for r in 0..8 {
                             // The offset terms cancel a large part of the integer sum: f32 rounding shows.
                             let tol = 1e-4 * want[r].abs().max(1.0) * blocks as f32;
@@ -476,6 +490,54 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// The sixteen-row kernels against the reference of each of their two groups.
+    #[test]
+    fn sixteen_row_kernels_match_the_reference() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(16);
+        let mut covered = 0;
+        for ty in TYPES {
+            for blocks in [1, 3, 18] {
+                let cols = 32 * blocks;
+                let packed = repack_x8(ty, &weights(&mut rng, ty, 16, cols), 16, cols).unwrap();
+                let (g0, g1) = packed.split_at(packed.len() / 2);
+                let (xq, d, ds) = acts(&mut rng, ty, X8_N, cols);
+                let x = rows(&xq, &d, &ds, blocks);
+                for isa in crate::cpu::tiers() {
+                    let table = Kernels::for_isa(isa);
+                    let Some(gemm16) = table.x16_path(ty) else {
+                        continue;
+                    };
+                    covered += 1;
+                    let (td, tds) = terms(table.x8_zero_offset(ty), &xq);
+                    let xt = rows(&xq, &td, &tds, blocks);
+                    let got = gemm16([g0, g1], xt);
+                    let four = table.x16_path4(ty).unwrap()([g0, g1], [xt[0], xt[1], xt[2], xt[3]]);
+                    for (j, row) in four.iter().enumerate() {
+                        assert_eq!(
+                            row, &got[j],
+                            "{ty} {isa:?}: four rows as the first four of eight"
+                        );
+                    }
+                    for j in 0..X8_N {
+                        let want = [reference(ty)(g0, x[j]), reference(ty)(g1, x[j])].concat();
+                        for r in 0..16 {
+                            let tol = 1e-4 * want[r].abs().max(1.0) * blocks as f32;
+                            assert!(
+                                (got[j][r] - want[r]).abs() <= tol,
+                                "{ty} {isa:?} {blocks} ({j},{r}): {} vs {}",
+                                got[j][r],
+                                want[r]
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        if crate::cpu::supported() >= crate::cpu::Isa::Avx512 {
+            assert_eq!(covered, TYPES.len() * 3, "the AVX-512 tier has every type");
         }
     }
 
@@ -599,6 +661,36 @@ mod tests {
                             );
                         }
                     }
+                }
+            }
+        }
+        // The sixteen-row kernels against the eight-row reference of each group.
+        let cols = 256 * 3;
+        let w = weights(&mut rng, ty, 16, cols);
+        let packed = repack_x8(ty, &w, 16, cols).unwrap();
+        let (g0, g1) = packed.split_at(packed.len() / 2);
+        let mut xq = vec![0u8; Q8_K_BYTES * 3 * X8_N];
+        for r in xq.chunks_exact_mut(Q8_K_BYTES * 3) {
+            let src: Vec<f32> = (0..cols).map(|_| rng.gen_range(-3.0..3.0)).collect();
+            quantize_q8_k_act(&src, r);
+        }
+        let x: [&[u8]; X8_N] =
+            std::array::from_fn(|j| &xq[Q8_K_BYTES * 3 * j..Q8_K_BYTES * 3 * (j + 1)]);
+        for isa in crate::cpu::tiers() {
+            let Some(gemm16) = Kernels::for_isa(isa).k16_path(ty) else {
+                continue;
+            };
+            let got = gemm16([g0, g1], x);
+            for j in 0..X8_N {
+                let want = [x8_dot(g0, x[j]), x8_dot(g1, x[j])].concat();
+                for r in 0..16 {
+                    let tol = 1e-4 * want[r].abs().max(1.0);
+                    assert!(
+                        (got[j][r] - want[r]).abs() <= tol,
+                        "{ty} {isa:?} x16 ({j},{r}): {} vs {}",
+                        got[j][r],
+                        want[r]
+                    );
                 }
             }
         }

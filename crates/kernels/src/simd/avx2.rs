@@ -76,6 +76,73 @@ pub fn quantize_q8_0(x: &[f32], out: &mut [u8]) {
     unsafe { quantize_q8_0_impl(&x[..n * QK], &mut out[..n * 34]) }
 }
 
+/// Quantizes activations to Q8_K blocks (`x.len()` a multiple of 256),
+/// bit for bit as [`crate::quant::dot::quantize_q8_k_act`].
+pub fn quantize_q8_k(x: &[f32], out: &mut [u8]) {
+    use crate::quant::dot::Q8_K_BYTES;
+    for (xb, ob) in x.chunks_exact(256).zip(out.chunks_exact_mut(Q8_K_BYTES)) {
+        let xb: &[f32; 256] = xb.try_into().expect("exact chunk");
+        // SAFETY: features detected by the kernel table; whole blocks.
+        unsafe { quantize_q8_k_block(xb, ob) }
+    }
+}
+
+/// # Safety
+/// Call only once the CPU's AVX2, FMA and F16C support is known; `ob` holds
+/// one Q8_K block.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn quantize_q8_k_block(xb: &[f32; 256], ob: &mut [u8]) {
+    let sign_bit = _mm256_set1_ps(-0.0);
+    let p = xb.as_ptr();
+    let mut amax = _mm256_setzero_ps();
+    for k in 0..32 {
+        // SAFETY: `xb` holds 256 floats.
+        let v = unsafe { _mm256_loadu_ps(p.add(8 * k)) };
+        amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign_bit, v));
+    }
+    let mut lanes = [0f32; 8];
+    // SAFETY: `lanes` holds 8 floats.
+    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), amax) };
+    let amax = lanes.iter().fold(0f32, |m, &v| m.max(v));
+    if amax == 0.0 {
+        ob.fill(0);
+        return;
+    }
+    // The reference keeps the sign of the first value of largest magnitude.
+    let max = xb.iter().copied().find(|v| v.abs() == amax).unwrap_or(amax);
+    let iscale = -127.0f32 / max;
+    let mul = _mm256_set1_ps(iscale);
+    let top = _mm256_set1_epi32(127);
+    let (head, rest) = ob.split_at_mut(4);
+    let (qs, bsums) = rest.split_at_mut(256);
+    for g in 0..16 {
+        // Sixteen values: round half to even (the reference's `nearest_int`
+        // under the default rounding mode), capped at 127.
+        // SAFETY: `xb` holds 256 floats.
+        let (a, b) = unsafe {
+            (
+                _mm256_loadu_ps(p.add(16 * g)),
+                _mm256_loadu_ps(p.add(16 * g + 8)),
+            )
+        };
+        let qa = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(a, mul)), top);
+        let qb = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(b, mul)), top);
+        // Pack i32 -> i16 -> i8 (in range: no saturation); packs interleave
+        // 128-bit lanes, so permute back.
+        let w = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi32(qa, qb));
+        let bytes = _mm_packs_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256::<1>(w));
+        // SAFETY: `qs` holds 256 bytes.
+        unsafe { _mm_storeu_si128(qs.as_mut_ptr().add(16 * g) as *mut __m128i, bytes) };
+        let s = _mm256_add_epi32(qa, qb);
+        let s = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
+        let sum = _mm_cvtsi128_si32(s) as i16;
+        bsums[2 * g..2 * g + 2].copy_from_slice(&sum.to_le_bytes());
+    }
+    head.copy_from_slice(&(1.0 / iscale).to_le_bytes());
+}
+
 /// Sum of the 8 f32 lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
@@ -665,26 +732,21 @@ unsafe fn silu_mul8(g: &mut [f32; 8], u: &[f32; 8]) {
 /// give the largest finite result instead of infinity and small ones 0.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn exp8(x: __m256) -> __m256 {
+pub(super) fn exp8(x: __m256) -> __m256 {
+    use super::exp_poly::*;
     let x = _mm256_min_ps(
-        _mm256_max_ps(x, _mm256_set1_ps(-88.376_26)),
-        _mm256_set1_ps(88.376_26),
+        _mm256_max_ps(x, _mm256_set1_ps(-EXP_MAX)),
+        _mm256_set1_ps(EXP_MAX),
     );
     let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
         x,
         _mm256_set1_ps(std::f32::consts::LOG2_E),
     ));
     // x - n ln 2, with ln 2 split in two so the product is exact.
-    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), x);
-    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
-    let mut p = _mm256_set1_ps(1.987_569_1e-4);
-    for c in [
-        1.398_199_9e-3,
-        8.333_452e-3,
-        4.166_579_6e-2,
-        0.166_666_65,
-        0.5,
-    ] {
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_HI), x);
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_LO), r);
+    let mut p = _mm256_set1_ps(P0);
+    for c in P {
         p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
     }
     let y = _mm256_add_ps(

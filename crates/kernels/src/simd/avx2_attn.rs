@@ -4,13 +4,17 @@
 //! tile; scores come eight positions per register (no per-score horizontal
 //! sum), and the weighted sum keeps 64 output dimensions in registers.
 //!
+//! Softmax uses the polynomial `exp` of [`super::avx2`]. The AVX-512 tier
+//! runs the same kernel compiled with AVX-512VL, whose 32 registers let each
+//! widened K block serve two query rows per pass.
+//!
 //! Handed out by [`crate::cpu::Kernels::for_isa`] only after AVX2, FMA and
-//! F16C were detected: the safety condition of the function below.
+//! F16C (and, for [`attend_tile_avx512`], AVX-512 F/BW/VL) were detected:
+//! the safety condition of the functions below.
 
 #![allow(unsafe_code)]
 
 use crate::attention::{attend_tile_reference, tile_scores_len};
-use crate::ops::softmax;
 use crate::rows::HeadView;
 use std::arch::x86_64::*;
 
@@ -28,6 +32,41 @@ pub fn attend_tile(
     scores: &mut [f32],
     out: &mut [f32],
 ) {
+    checked(view, q, t, n_ctx, scores, out, |v, q, t, g, n, s, o| {
+        // SAFETY: features detected by the kernel table; lengths checked by `checked`.
+        unsafe { tile_impl(v, q, t, g, n, s, o) }
+    })
+}
+
+/// The AVX-512 tier's [`attend_tile`]: the same kernel compiled with
+/// AVX-512VL (32 vector registers), scoring two query rows per pass over
+/// each widened K block.
+pub fn attend_tile_avx512(
+    view: &HeadView<'_>,
+    q: &[f32],
+    t: usize,
+    n_ctx: usize,
+    scores: &mut [f32],
+    out: &mut [f32],
+) {
+    checked(view, q, t, n_ctx, scores, out, |v, q, t, g, n, s, o| {
+        // SAFETY: handed out by the kernel table only after AVX-512 F/VL were
+        // detected; lengths checked by `checked`.
+        unsafe { tile_impl_avx512(v, q, t, g, n, s, o) }
+    })
+}
+
+/// Checks the shapes a tile kernel relies on and runs `kernel`, or the
+/// reference for shapes it does not handle.
+fn checked(
+    view: &HeadView<'_>,
+    q: &[f32],
+    t: usize,
+    n_ctx: usize,
+    scores: &mut [f32],
+    out: &mut [f32],
+    kernel: impl Fn(&HeadView<'_>, &[f32], usize, usize, usize, &mut [f32], &mut [f32]),
+) {
     let hd = view.kv.head_dim;
     let g = q.len() / (t * hd).max(1);
     let n_last = n_ctx + t.max(1) - 1;
@@ -44,19 +83,16 @@ pub fn attend_tile(
     {
         return attend_tile_reference(view, q, t, n_ctx, scores, out);
     }
-    // SAFETY: features detected by the kernel table; lengths checked above,
-    // cache rows are taken as bounds-checked slices inside.
-    unsafe {
-        tile_impl(
-            view,
-            &q[..t * g * hd],
-            t,
-            g,
-            n_ctx,
-            scores,
-            &mut out[..t * g * hd],
-        )
-    }
+    // Lengths checked above; cache rows are taken as bounds-checked slices inside.
+    kernel(
+        view,
+        &q[..t * g * hd],
+        t,
+        g,
+        n_ctx,
+        scores,
+        &mut out[..t * g * hd],
+    )
 }
 
 /// Widens up to [`ROWS`] cache rows starting at position `p0` of `cache`
@@ -105,64 +141,173 @@ fn sums8(a: &[__m256; 8]) -> __m256 {
     )
 }
 
-/// # Safety
-/// Call only once the CPU's AVX2, FMA and F16C support is known (the kernel
-/// table hands out the safe wrapper only then), with every slice and pointer
-/// covering the whole blocks or elements the wrapper checked.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile_impl(
-    view: &HeadView<'_>,
-    q: &[f32],
-    t: usize,
-    g: usize,
-    n_ctx: usize,
-    scores: &mut [f32],
-    out: &mut [f32],
-) {
-    super::align_frame!();
-    let hd = view.kv.head_dim;
-    let nv = hd / 8;
-    let n_last = n_ctx + t - 1;
-    let w = n_last.next_multiple_of(8);
-    let rows = t * g;
-    // Context length of query row `r` (token `r / g`).
-    let len = |r: usize| n_ctx + r / g;
-    let mut block = [0.0f32; ROWS * MAX_HEAD_DIM];
-    let bp = block.as_ptr();
+/// Generates a tile kernel for a feature set, scoring `$r` query rows per
+/// pass over a widened K block, so each block load serves `$r` rows.
+macro_rules! tile_fn {
+    ($name:ident, $feat:literal, $r:literal) => {
+        /// # Safety
+        /// Call only once the CPU's support for the features named in
+        /// `target_feature` is known (the kernel table hands out the safe
+        /// wrapper only then), with every slice covering what [`checked`]
+        /// checked.
+        #[target_feature(enable = $feat)]
+        #[allow(clippy::int_plus_one)] // `r + $r <= rows` reads as "$r rows fit"
+        unsafe fn $name(
+            view: &HeadView<'_>,
+            q: &[f32],
+            t: usize,
+            g: usize,
+            n_ctx: usize,
+            scores: &mut [f32],
+            out: &mut [f32],
+        ) {
+            super::align_frame!();
+            let hd = view.kv.head_dim;
+            let n_last = n_ctx + t - 1;
+            let w = n_last.next_multiple_of(8);
+            let rows = t * g;
+            // Context length of query row `r` (token `r / g`).
+            let len = |r: usize| n_ctx + r / g;
+            let mut block = [0.0f32; ROWS * MAX_HEAD_DIM];
 
-    // Scores: eight positions at a time for every query row that sees them.
-    for p0 in (0..n_last).step_by(ROWS) {
-        widen_block(view, view.kv.k, p0, (n_last - p0).min(ROWS), &mut block);
-        for r in (0..rows).filter(|&r| len(r) > p0) {
-            let qr = q[r * hd..(r + 1) * hd].as_ptr();
-            let mut acc = [_mm256_setzero_ps(); 8];
-            for c in 0..nv {
-                // SAFETY: `qr` holds `hd` floats and `block` `ROWS * hd`.
-                unsafe {
-                    let qv = _mm256_loadu_ps(qr.add(8 * c));
-                    for (j, a) in acc.iter_mut().enumerate() {
-                        *a = _mm256_fmadd_ps(qv, _mm256_loadu_ps(bp.add(j * hd + 8 * c)), *a);
-                    }
+            // Scores: eight positions at a time for every query row that
+            // sees them (a suffix of the rows: `len` grows with `r`).
+            for p0 in (0..n_last).step_by(ROWS) {
+                widen_block(view, view.kv.k, p0, (n_last - p0).min(ROWS), &mut block);
+                let mut r = (0..rows).find(|&r| len(r) > p0).unwrap_or(rows);
+                while r + $r <= rows {
+                    // SAFETY: rows `r..r + $r` of `q` and their score rows exist.
+                    unsafe { score_rows::<$r>(q, hd, &block, r, w, p0, view.scale, scores) };
+                    r += $r;
+                }
+                for r in r..rows {
+                    // SAFETY: as above, one row.
+                    unsafe { score_rows::<1>(q, hd, &block, r, w, p0, view.scale, scores) };
                 }
             }
-            let s = _mm256_mul_ps(sums8(&acc), _mm256_set1_ps(view.scale));
-            // SAFETY: `p0 + 8 <= w` and `scores` holds `rows * w` values.
-            unsafe { _mm256_storeu_ps(scores.as_mut_ptr().add(r * w + p0), s) };
+            for r in 0..rows {
+                let row = &mut scores[r * w..(r + 1) * w];
+                softmax8(&mut row[..len(r)]);
+                row[len(r)..].fill(0.0);
+            }
+            // SAFETY: as checked by `checked`.
+            unsafe { weighted_v(view, n_last, rows, w, &len, &mut block, scores, out) };
+        }
+    };
+}
+
+tile_fn!(tile_impl, "avx2,fma,f16c", 1);
+tile_fn!(
+    tile_impl_avx512,
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl",
+    2
+);
+
+/// Scores of query rows `r..r + R` against the [`ROWS`] cache rows in
+/// `block`, scaled, stored at `scores[(r + i) * w + p0..][..8]`.
+///
+/// # Safety
+/// `q` holds rows `r..r + R` of `hd` floats, `block` [`ROWS`] rows of `hd`
+/// (a multiple of 8), and `scores` the eight values of each row; AVX2 and
+/// FMA are available.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn score_rows<const R: usize>(
+    q: &[f32],
+    hd: usize,
+    block: &[f32; ROWS * MAX_HEAD_DIM],
+    r: usize,
+    w: usize,
+    p0: usize,
+    scale: f32,
+    scores: &mut [f32],
+) {
+    let (qp, bp) = (q.as_ptr(), block.as_ptr());
+    let mut acc = [[_mm256_setzero_ps(); ROWS]; R];
+    for c in 0..hd / 8 {
+        // SAFETY: the caller's contract: rows `r..r + R` of `q`, every row of `block`.
+        unsafe {
+            let qv: [__m256; R] =
+                std::array::from_fn(|i| _mm256_loadu_ps(qp.add((r + i) * hd + 8 * c)));
+            for j in 0..ROWS {
+                let kv = _mm256_loadu_ps(bp.add(j * hd + 8 * c));
+                for i in 0..R {
+                    acc[i][j] = _mm256_fmadd_ps(qv[i], kv, acc[i][j]);
+                }
+            }
         }
     }
-    for r in 0..rows {
-        let row = &mut scores[r * w..(r + 1) * w];
-        softmax(&mut row[..len(r)]);
-        row[len(r)..].fill(0.0);
+    for (i, a) in acc.iter().enumerate() {
+        let s = _mm256_mul_ps(sums8(a), _mm256_set1_ps(scale));
+        // SAFETY: the caller's contract: 8 scores of row `r + i` at `p0`.
+        unsafe { _mm256_storeu_ps(scores.as_mut_ptr().add((r + i) * w + p0), s) };
     }
+}
 
-    // Weighted sum of V: 64 output dimensions of one query row in registers
-    // across each block of eight positions.
-    // The same block buffer: `widen_block` rewrites every row it is read at
-    // (one 8 KiB zeroing per call instead of two).
+/// Softmax with the polynomial `exp` of the AVX2 tier, eight lanes at a
+/// time (the tail padded with `-inf`, which contributes 0).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn softmax8(x: &mut [f32]) {
+    let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    let m = _mm256_set1_ps(max);
+    let mut sum = _mm256_setzero_ps();
+    let mut chunks = x.chunks_exact_mut(8);
+    for c in &mut chunks {
+        // SAFETY: `c` holds 8 floats.
+        unsafe {
+            let e = super::avx2::exp8(_mm256_sub_ps(_mm256_loadu_ps(c.as_ptr()), m));
+            sum = _mm256_add_ps(sum, e);
+            _mm256_storeu_ps(c.as_mut_ptr(), e);
+        }
+    }
+    let tail = chunks.into_remainder();
+    if !tail.is_empty() {
+        let mut pad = [f32::NEG_INFINITY; 8];
+        pad[..tail.len()].copy_from_slice(tail);
+        // SAFETY: `pad` holds 8 floats.
+        unsafe {
+            let e = super::avx2::exp8(_mm256_sub_ps(_mm256_loadu_ps(pad.as_ptr()), m));
+            sum = _mm256_add_ps(sum, e);
+            _mm256_storeu_ps(pad.as_mut_ptr(), e);
+        }
+        tail.copy_from_slice(&pad[..tail.len()]);
+    }
+    let mut lanes = [0f32; 8];
+    // SAFETY: `lanes` holds 8 floats.
+    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), sum) };
+    let inv = 1.0 / lanes.iter().map(|&v| v as f64).sum::<f64>() as f32;
+    for v in x.iter_mut() {
+        *v *= inv;
+    }
+}
+
+/// The weighted sum of V: 64 output dimensions of one query row in
+/// registers across each block of eight positions. `block` is the K
+/// block's buffer, reused: `widen_block` rewrites every row it is read at.
+///
+/// # Safety
+/// The shapes [`checked`] checked; AVX2, FMA and F16C are available.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn weighted_v(
+    view: &HeadView<'_>,
+    n_last: usize,
+    rows: usize,
+    w: usize,
+    len: &impl Fn(usize) -> usize,
+    block: &mut [f32; ROWS * MAX_HEAD_DIM],
+    scores: &[f32],
+    out: &mut [f32],
+) {
+    let hd = view.kv.head_dim;
+    let nv = hd / 8;
     out.fill(0.0);
     for p0 in (0..n_last).step_by(ROWS) {
-        widen_block(view, view.kv.v, p0, (n_last - p0).min(ROWS), &mut block);
+        widen_block(view, view.kv.v, p0, (n_last - p0).min(ROWS), block);
+        let bp = block.as_ptr();
         for r in (0..rows).filter(|&r| len(r) > p0) {
             let sr = scores[r * w + p0..r * w + p0 + ROWS].as_ptr();
             let o = out[r * hd..(r + 1) * hd].as_mut_ptr();

@@ -14,8 +14,8 @@
 use crate::rows::{Q8Row, X8_N};
 use std::arch::x86_64::*;
 
-const Q4_UNIT: usize = 16 + 8 * 16;
-const Q8_UNIT: usize = 16 + 8 * 32;
+pub(super) const Q4_UNIT: usize = 16 + 8 * 16;
+pub(super) const Q8_UNIT: usize = 16 + 8 * 32;
 
 /// Q4_0 (`OFF` 16) and Q4_1 (`OFF` 32, after the minimums): the unit's
 /// nibbles split into low (elements 0..16) and high halves, once per block.
@@ -35,20 +35,20 @@ fn prep_q4_at<const OFF: usize>(u: *const u8) -> [__m256i; 8] {
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn prep_q4(u: *const u8) -> [__m256i; 8] {
+pub(super) fn prep_q4(u: *const u8) -> [__m256i; 8] {
     prep_q4_at::<16>(u)
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn prep_q4_1(u: *const u8) -> [__m256i; 8] {
+pub(super) fn prep_q4_1(u: *const u8) -> [__m256i; 8] {
     prep_q4_at::<32>(u)
 }
 
 /// Four quant bytes at `q` broadcast to the eight row slots.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn bcast4(q: *const u8) -> __m256i {
+pub(super) fn bcast4(q: *const u8) -> __m256i {
     // SAFETY: callers pass a pointer to 4 readable bytes of an activation block.
     _mm256_set1_epi32(unsafe { (q as *const i32).read_unaligned() })
 }
@@ -70,7 +70,7 @@ fn sums_q4(w: &[__m256i; 8], _u: *const u8, q: *const u8) -> __m256i {
     _mm256_madd_epi16(s16, _mm256_set1_epi16(1))
 }
 
-const Q5_UNIT: usize = crate::quant::repack::Q5_0_UNIT;
+pub(super) const Q5_UNIT: usize = crate::quant::repack::Q5_0_UNIT;
 
 /// Q5_0 (`OFF` 16) and Q5_1 (`OFF` 32): nibbles plus fifth bits as
 /// unsigned 5-bit values, low and high halves.
@@ -102,13 +102,13 @@ fn prep_q5_at<const OFF: usize>(u: *const u8) -> [__m256i; 8] {
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn prep_q5(u: *const u8) -> [__m256i; 8] {
+pub(super) fn prep_q5(u: *const u8) -> [__m256i; 8] {
     prep_q5_at::<16>(u)
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn prep_q5_1(u: *const u8) -> [__m256i; 8] {
+pub(super) fn prep_q5_1(u: *const u8) -> [__m256i; 8] {
     prep_q5_at::<32>(u)
 }
 
@@ -131,7 +131,7 @@ fn sums_q5(w: &[__m256i; 8], _u: *const u8, q: *const u8) -> __m256i {
 /// Q8_0 needs nothing prepared: the signed bytes are read per token.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn prep_q8(_u: *const u8) {}
+pub(super) fn prep_q8(_u: *const u8) {}
 
 /// Q8_0: the eight rows' integer sums (sign trick: |w| times x with w's signs).
 #[inline]
@@ -157,15 +157,15 @@ fn sums_q8(_w: &(), u: *const u8, q: *const u8) -> __m256i {
 /// activation rows `0..$rn`: the loop over them is written out by the macro,
 /// so every accumulator stays a named value and no loop counter is kept.
 macro_rules! x8 {
-    ($name:ident, $impl_name:ident, $rn:expr, [$($j:literal)+], $unit:expr, $prep:ident, $sums:ident) => {
-        x8!(@ false, $name, $impl_name, $rn, [$($j)+], $unit, $prep, $sums);
+    ($feat:literal, $name:ident, $impl_name:ident, $rn:expr, [$($j:literal)+], $unit:expr, $prep:ident, $sums:ident) => {
+        x8!(@ $feat, false, $name, $impl_name, $rn, [$($j)+], $unit, $prep, $sums);
     };
     // Q4_1 / Q5_1: the unit's scales are followed by the rows' minimums `m`,
     // which multiply `8 ds = d_x * sum(q_x)` (see `crate::rows::zero_offset`).
-    ($name:ident, $impl_name:ident, $rn:expr, [$($j:literal)+], $unit:expr, $prep:ident, $sums:ident, mins) => {
-        x8!(@ true, $name, $impl_name, $rn, [$($j)+], $unit, $prep, $sums);
+    ($feat:literal, $name:ident, $impl_name:ident, $rn:expr, [$($j:literal)+], $unit:expr, $prep:ident, $sums:ident, mins) => {
+        x8!(@ $feat, true, $name, $impl_name, $rn, [$($j)+], $unit, $prep, $sums);
     };
-    (@ $mins:literal, $name:ident, $impl_name:ident, $rn:expr, [$($j:literal)+], $unit:expr, $prep:ident, $sums:ident) => {
+    (@ $feat:literal, $mins:literal, $name:ident, $impl_name:ident, $rn:expr, [$($j:literal)+], $unit:expr, $prep:ident, $sums:ident) => {
         /// One eight-row group times activation rows (see the module docs).
         pub fn $name(group: &[u8], x: [Q8Row<'_>; $rn]) -> [[f32; 8]; $rn] {
             const { assert!([$($j),+].len() == $rn) };
@@ -177,11 +177,11 @@ macro_rules! x8 {
         }
 
         /// # Safety
-        /// Call only once the CPU's AVX2, FMA and F16C support is known (the
-        /// kernel table hands out the safe wrapper only then), with every
-        /// slice and pointer covering the whole blocks or elements the
-        /// wrapper checked.
-        #[target_feature(enable = "avx2,fma,f16c")]
+        /// Call only once the CPU's support for the features named in
+        /// `target_feature` is known (the kernel table hands out the safe
+        /// wrapper only then), with every slice and pointer covering the
+        /// whole blocks or elements the wrapper checked.
+        #[target_feature(enable = $feat)]
         unsafe fn $impl_name(group: &[u8], x: [Q8Row<'_>; $rn], nb: usize) -> [[f32; 8]; $rn] {
             super::align_frame!();
             let mut acc = [_mm256_setzero_ps(); $rn];
@@ -228,7 +228,10 @@ macro_rules! x8 {
     };
 }
 
+pub(super) use x8;
+
 x8!(
+    "avx2,fma,f16c",
     gemv_q4_0x8,
     gemv_q4_0x8_impl,
     1,
@@ -238,6 +241,7 @@ x8!(
     sums_q4
 );
 x8!(
+    "avx2,fma,f16c",
     gemm_q4_0x8,
     gemm_q4_0x8_impl,
     X8_N,
@@ -247,6 +251,7 @@ x8!(
     sums_q4
 );
 x8!(
+    "avx2,fma,f16c",
     gemv_q8_0x8,
     gemv_q8_0x8_impl,
     1,
@@ -256,6 +261,7 @@ x8!(
     sums_q8
 );
 x8!(
+    "avx2,fma,f16c",
     gemv_q5_0x8,
     gemv_q5_0x8_impl,
     1,
@@ -265,6 +271,7 @@ x8!(
     sums_q5
 );
 x8!(
+    "avx2,fma,f16c",
     gemm_q5_0x8,
     gemm_q5_0x8_impl,
     X8_N,
@@ -274,6 +281,7 @@ x8!(
     sums_q5
 );
 x8!(
+    "avx2,fma,f16c",
     gemm_q8_0x8,
     gemm_q8_0x8_impl,
     X8_N,
@@ -283,10 +291,11 @@ x8!(
     sums_q8
 );
 
-const Q4_1_UNIT: usize = crate::quant::repack::Q4_1_UNIT;
-const Q5_1_UNIT: usize = crate::quant::repack::Q5_1_UNIT;
+pub(super) const Q4_1_UNIT: usize = crate::quant::repack::Q4_1_UNIT;
+pub(super) const Q5_1_UNIT: usize = crate::quant::repack::Q5_1_UNIT;
 
 x8!(
+    "avx2,fma,f16c",
     gemv_q4_1x8,
     gemv_q4_1x8_impl,
     1,
@@ -297,6 +306,7 @@ x8!(
     mins
 );
 x8!(
+    "avx2,fma,f16c",
     gemm_q4_1x8,
     gemm_q4_1x8_impl,
     X8_N,
@@ -307,6 +317,7 @@ x8!(
     mins
 );
 x8!(
+    "avx2,fma,f16c",
     gemv_q5_1x8,
     gemv_q5_1x8_impl,
     1,
@@ -317,6 +328,7 @@ x8!(
     mins
 );
 x8!(
+    "avx2,fma,f16c",
     gemm_q5_1x8,
     gemm_q5_1x8_impl,
     X8_N,
@@ -327,15 +339,15 @@ x8!(
     mins
 );
 
-const Q4K_UNIT: usize = crate::quant::repack::Q4K_UNIT;
-const Q8K: usize = crate::quant::dot::Q8_K_BYTES;
+pub(super) const Q4K_UNIT: usize = crate::quant::repack::Q4K_UNIT;
+pub(super) const Q8K: usize = crate::quant::dot::Q8_K_BYTES;
 
 /// Q4_K: per block, the sub-block scales as `(s, s)` i16 pairs per row lane
 /// (so `madd` applies them) and the minimums of sub-blocks `2p, 2p + 1` as
 /// i16 pairs per row lane.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn prep_q4k(u: *const u8) -> Q4kPrep {
+pub(super) fn prep_q4k(u: *const u8) -> Q4kPrep {
     let mut sc = [_mm256_setzero_si256(); 8];
     let mut mins = [_mm256_setzero_si256(); 4];
     for j in 0..8 {
@@ -365,11 +377,11 @@ fn prep_q4k(u: *const u8) -> Q4kPrep {
 }
 
 /// What [`prep_q4k`] decodes from a Q4_K unit.
-struct Q4kPrep {
-    sc: [__m256i; 8],
-    mins: [__m256i; 4],
-    d: __m256,
-    dmin: __m256,
+pub(super) struct Q4kPrep {
+    pub(super) sc: [__m256i; 8],
+    pub(super) mins: [__m256i; 4],
+    pub(super) d: __m256,
+    pub(super) dmin: __m256,
 }
 
 /// Q4_K: the eight rows' `sum_j sc_j * sum(q * x)` and `sum_j m_j * sum(x)`
@@ -417,7 +429,7 @@ fn sums_q4k(
 /// from the Q8_K block sums at `bx`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn min_sums(mins: &[__m256i; 4], bx: *const u8) -> __m256i {
+pub(super) fn min_sums(mins: &[__m256i; 4], bx: *const u8) -> __m256i {
     let bs = |i: usize| -> i32 {
         // SAFETY: block sum `i < 16` of the Q8_K block lies at 260 + 2i.
         unsafe { (bx.add(260 + 2 * i) as *const i16).read_unaligned() as i32 }
@@ -436,7 +448,7 @@ fn min_sums(mins: &[__m256i; 4], bx: *const u8) -> __m256i {
 /// block's scales once for all activation rows, `$step(&prep, unit, bx, dx,
 /// acc)` adds one Q8_K activation block's contribution for the eight rows.
 macro_rules! k8 {
-    ($name:ident, $impl_name:ident, $rn:expr, $unit:expr, $prep:ident, $step:ident) => {
+    ($feat:literal, $name:ident, $impl_name:ident, $rn:expr, $unit:expr, $prep:ident, $step:ident) => {
         /// One eight-row K-quant group times Q8_K activation rows.
         pub fn $name(group: &[u8], x: [&[u8]; $rn]) -> [[f32; 8]; $rn] {
             let nb = x
@@ -447,11 +459,11 @@ macro_rules! k8 {
         }
 
         /// # Safety
-        /// Call only once the CPU's AVX2, FMA and F16C support is known (the
-        /// kernel table hands out the safe wrapper only then), with every
-        /// slice and pointer covering the whole blocks or elements the
-        /// wrapper checked.
-        #[target_feature(enable = "avx2,fma,f16c")]
+        /// Call only once the CPU's support for the features named in
+        /// `target_feature` is known (the kernel table hands out the safe
+        /// wrapper only then), with every slice and pointer covering the
+        /// whole blocks or elements the wrapper checked.
+        #[target_feature(enable = $feat)]
         unsafe fn $impl_name(group: &[u8], x: [&[u8]; $rn], nb: usize) -> [[f32; 8]; $rn] {
             super::align_frame!();
             let mut acc = [_mm256_setzero_ps(); $rn];
@@ -477,6 +489,8 @@ macro_rules! k8 {
     };
 }
 
+pub(super) use k8;
+
 /// Q4_K: `acc + d * dx * sum_j sc_j q.x - dmin * dx * sum_j m_j sum(x)`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -487,6 +501,7 @@ fn step_q4k(p: &Q4kPrep, u: *const u8, bx: *const u8, dx: __m256, acc: __m256) -
 }
 
 k8!(
+    "avx2,fma,f16c",
     gemv_q4_kx8,
     gemv_q4_kx8_impl,
     1,
@@ -495,6 +510,7 @@ k8!(
     step_q4k
 );
 k8!(
+    "avx2,fma,f16c",
     gemm_q4_kx8,
     gemm_q4_kx8_impl,
     X8_N,
@@ -503,13 +519,19 @@ k8!(
     step_q4k
 );
 
-const Q5K_UNIT: usize = crate::quant::repack_q5k::Q5K_UNIT;
+pub(super) const Q5K_UNIT: usize = crate::quant::repack_q5k::Q5K_UNIT;
 
 /// Q5_K: the 5-bit values of elements `64c + 4k..` and `64c + 32 + 4k..`
 /// of the 8 rows (`k = 4h + kk`), given the fifth bits `bits` of `(c, h)`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn values_q5k(u: *const u8, bits: __m256i, c: usize, h: usize, kk: usize) -> [__m256i; 2] {
+pub(super) fn values_q5k(
+    u: *const u8,
+    bits: __m256i,
+    c: usize,
+    h: usize,
+    kk: usize,
+) -> [__m256i; 2] {
     let (m4, m16) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(0x10));
     // SAFETY: 1024 nibble bytes from byte 160 of the unit.
     let q =
@@ -536,7 +558,7 @@ fn values_q5k(u: *const u8, bits: __m256i, c: usize, h: usize, kk: usize) -> [__
 /// The fifth bits of chunk `c`, half `h` of a Q5_K unit.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn bits_q5k(u: *const u8, c: usize, h: usize) -> __m256i {
+pub(super) fn bits_q5k(u: *const u8, c: usize, h: usize) -> __m256i {
     // SAFETY: the fifth bits follow the Q4_K part of the unit (64 bytes per chunk).
     unsafe { _mm256_loadu_si256(u.add(Q4K_UNIT + 64 * c + 32 * h) as *const __m256i) }
 }
@@ -545,7 +567,7 @@ fn bits_q5k(u: *const u8, c: usize, h: usize) -> __m256i {
 /// of the whole block widened to bytes once (`v[8c + k]`).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn prep_q5k(u: *const u8) -> Q5kPrep {
+pub(super) fn prep_q5k(u: *const u8) -> Q5kPrep {
     let mut v = [[_mm256_setzero_si256(); 2]; 32];
     for c in 0..4 {
         for h in 0..2 {
@@ -559,9 +581,9 @@ fn prep_q5k(u: *const u8) -> Q5kPrep {
 }
 
 /// What [`prep_q5k`] decodes from a Q5_K unit.
-struct Q5kPrep {
-    q4: Q4kPrep,
-    v: [[__m256i; 2]; 32],
+pub(super) struct Q5kPrep {
+    pub(super) q4: Q4kPrep,
+    pub(super) v: [[__m256i; 2]; 32],
 }
 
 /// Q5_K: as [`step_q4k`], with the values from `value(c, h, kk)`. 5-bit by
@@ -627,6 +649,7 @@ fn step_q5k_one(p: &Q4kPrep, u: *const u8, bx: *const u8, dx: __m256, acc: __m25
 }
 
 k8!(
+    "avx2,fma,f16c",
     gemv_q5_kx8,
     gemv_q5_kx8_impl,
     1,
@@ -635,6 +658,7 @@ k8!(
     step_q5k_one
 );
 k8!(
+    "avx2,fma,f16c",
     gemm_q5_kx8,
     gemm_q5_kx8_impl,
     X8_N,
@@ -643,13 +667,13 @@ k8!(
     step_q5k
 );
 
-const Q6K_UNIT: usize = crate::quant::repack_q6k::Q6K_UNIT;
+pub(super) const Q6K_UNIT: usize = crate::quant::repack_q6k::Q6K_UNIT;
 
 /// Q6_K: per block, the 16 group scales as `(s, s)` i16 pairs per row lane,
 /// and the scales of groups `2p, 2p + 1` as i16 pairs per row lane.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn prep_q6k(u: *const u8) -> Q6kPrep {
+pub(super) fn prep_q6k(u: *const u8) -> Q6kPrep {
     let low = _mm256_set1_epi32(0xffff);
     let mut sc = [_mm256_setzero_si256(); 16];
     let mut pairs = [_mm256_setzero_si256(); 8];
@@ -675,10 +699,10 @@ fn prep_q6k(u: *const u8) -> Q6kPrep {
 }
 
 /// What [`prep_q6k`] decodes from a Q6_K unit.
-struct Q6kPrep {
-    sc: [__m256i; 16],
-    pairs: [__m256i; 8],
-    d: __m256,
+pub(super) struct Q6kPrep {
+    pub(super) sc: [__m256i; 16],
+    pub(super) pairs: [__m256i; 8],
+    pub(super) d: __m256,
 }
 
 /// Q6_K: stored values are `q + 32`, so take `32 * sum_g sc_g sum(x)` back off.
@@ -730,6 +754,7 @@ fn sums_q6k(
 }
 
 k8!(
+    "avx2,fma,f16c",
     gemv_q6_kx8,
     gemv_q6_kx8_impl,
     1,
@@ -738,6 +763,7 @@ k8!(
     step_q6k
 );
 k8!(
+    "avx2,fma,f16c",
     gemm_q6_kx8,
     gemm_q6_kx8_impl,
     X8_N,

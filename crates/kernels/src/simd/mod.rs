@@ -9,6 +9,14 @@ pub mod avx2;
 pub mod avx2_attn;
 #[cfg(target_arch = "x86_64")]
 pub mod avx2_x8;
+#[cfg(target_arch = "x86_64")]
+pub mod avx512;
+#[cfg(target_arch = "x86_64")]
+pub mod avx512_k16;
+#[cfg(target_arch = "x86_64")]
+pub mod avx512_x16;
+#[cfg(target_arch = "x86_64")]
+pub mod avx512_x8;
 #[cfg(target_arch = "aarch64")]
 pub mod neon;
 #[cfg(target_arch = "aarch64")]
@@ -41,6 +49,25 @@ macro_rules! align_frame {
 }
 #[cfg(target_arch = "x86_64")]
 pub(crate) use align_frame;
+
+/// The constants of every tier's polynomial `exp` (Cephes' `expf`): inputs
+/// are clamped to `±EXP_MAX`, `n = round(x log2 e)`, `r = x - n ln 2` with
+/// ln 2 split in two (`LN2_HI + LN2_LO`) so the product is exact, and
+/// `exp(r) = 1 + r + r^2 P(r)` with `P`'s coefficients highest first.
+#[allow(dead_code)] // each architecture uses them from its own tier
+pub(crate) mod exp_poly {
+    pub const EXP_MAX: f32 = 88.376_26;
+    pub const LN2_HI: f32 = 0.693_359_4;
+    pub const LN2_LO: f32 = -2.121_944_4e-4;
+    pub const P0: f32 = 1.987_569_1e-4;
+    pub const P: [f32; 5] = [
+        1.398_199_9e-3,
+        8.333_452e-3,
+        4.166_579_6e-2,
+        0.166_666_65,
+        0.5,
+    ];
+}
 
 /// The little-endian bytes of an f16 slice (both SIMD architectures are
 /// little-endian), for kernels that widen halves from raw bytes.

@@ -317,21 +317,13 @@ unsafe fn silu_mul4(g: &mut [f32; 4], u: &[f32; 4]) {
 #[inline]
 #[target_feature(enable = "neon")]
 fn exp4(x: float32x4_t) -> float32x4_t {
-    let x = vminq_f32(
-        vmaxq_f32(x, vdupq_n_f32(-88.376_26)),
-        vdupq_n_f32(88.376_26),
-    );
+    use super::exp_poly::*;
+    let x = vminq_f32(vmaxq_f32(x, vdupq_n_f32(-EXP_MAX)), vdupq_n_f32(EXP_MAX));
     let n = vrndnq_f32(vmulq_n_f32(x, std::f32::consts::LOG2_E));
-    let r = vfmsq_f32(x, n, vdupq_n_f32(0.693_359_4));
-    let r = vfmsq_f32(r, n, vdupq_n_f32(-2.121_944_4e-4));
-    let mut p = vdupq_n_f32(1.987_569_1e-4);
-    for c in [
-        1.398_199_9e-3,
-        8.333_452e-3,
-        4.166_579_6e-2,
-        0.166_666_65,
-        0.5,
-    ] {
+    let r = vfmsq_f32(x, n, vdupq_n_f32(LN2_HI));
+    let r = vfmsq_f32(r, n, vdupq_n_f32(LN2_LO));
+    let mut p = vdupq_n_f32(P0);
+    for c in P {
         p = vfmaq_f32(vdupq_n_f32(c), p, r);
     }
     let y = vaddq_f32(vfmaq_f32(r, p, vmulq_f32(r, r)), vdupq_n_f32(1.0));
