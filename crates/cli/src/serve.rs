@@ -4,6 +4,7 @@
 
 use anyhow::{Context, Result};
 use hasten_engine::EngineOptions;
+use hasten_server::listen::ConnConfig;
 use hasten_server::params::ServerLimits;
 use hasten_server::serve::{serve, shutdown_signal, LoadError, ServeOptions};
 use hasten_server::{Backend, ServerConfig, Shared};
@@ -45,9 +46,22 @@ pub struct Args {
     /// Seconds a request (or a stream) may take before it is cut off.
     #[arg(long)]
     request_timeout: Option<f64>,
-    /// Open connections at most; more wait in the listen backlog.
+    /// Open connections at most. At the limit the longest-idle connection
+    /// is closed to make room; if all are busy, newcomers get only /health,
+    /// /ready and /metrics (others 503) until one frees.
     #[arg(long, default_value_t = 512)]
     max_connections: usize,
+    /// Connections one client address may hold (0: no per-address limit;
+    /// behind a proxy every client shares its address).
+    #[arg(long, default_value_t = 0)]
+    max_connections_per_client: usize,
+    /// Seconds a connection may sit idle (keep-alive, or before its request
+    /// head is complete) before it is closed.
+    #[arg(long, default_value_t = 5.0)]
+    idle_timeout: f64,
+    /// Seconds a request body may take to arrive once its head has (408 after).
+    #[arg(long, default_value_t = 30.0)]
+    body_timeout: f64,
     /// Seconds a dropped stream is kept for its client to resume (0: cancel at once).
     #[arg(long, default_value_t = 5.0)]
     resume_grace: f64,
@@ -116,9 +130,14 @@ pub fn main(a: Args) -> Result<()> {
             .map(|s| secs(s, "request-timeout"))
             .transpose()?,
         resume_grace: secs(a.resume_grace, "resume-grace")?,
+        body_timeout: secs(a.body_timeout, "body-timeout")?,
     };
     let opts = ServeOptions {
-        max_connections: a.max_connections,
+        conns: ConnConfig {
+            max: a.max_connections,
+            per_client: a.max_connections_per_client,
+            idle_timeout: secs(a.idle_timeout, "idle-timeout")?,
+        },
         shutdown_timeout: secs(a.shutdown_timeout, "shutdown-timeout")?,
     };
     let (model, served) = (a.model.clone(), a.served_model_name.clone());

@@ -33,6 +33,11 @@ pub enum Error {
     },
     #[error("the model is still loading")]
     NotReady,
+    /// Every connection slot is busy; only probes are answered (see `listen`).
+    #[error("the server has too many open connections; retry shortly")]
+    TooManyConnections,
+    #[error("the request body did not arrive within {} s", .0.as_secs_f64())]
+    BodyTimeout(Duration),
     #[error("the server is shutting down")]
     ShuttingDown,
     #[error("the request took longer than the server's limit of {} s", .0.as_secs_f64())]
@@ -85,8 +90,10 @@ impl Error {
             Error::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Error::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Error::Overloaded { .. } => StatusCode::TOO_MANY_REQUESTS,
-            Error::NotReady | Error::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
-            Error::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
+            Error::NotReady | Error::ShuttingDown | Error::TooManyConnections => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            Error::Timeout(_) | Error::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Error::Internal(_)
             | Error::Load { .. }
             | Error::Engine(_)
@@ -130,7 +137,14 @@ impl Error {
             Error::NotReady | Error::ShuttingDown => {
                 ("server_error", None, Some("unavailable".to_owned()))
             }
-            Error::Timeout(_) => ("timeout_error", None, Some("request_timeout".to_owned())),
+            Error::TooManyConnections => (
+                "server_error",
+                None,
+                Some("too_many_connections".to_owned()),
+            ),
+            Error::Timeout(_) | Error::BodyTimeout(_) => {
+                ("timeout_error", None, Some("request_timeout".to_owned()))
+            }
             Error::Internal(_)
             | Error::Load { .. }
             | Error::Engine(_)
@@ -205,6 +219,13 @@ impl IntoResponse for Error {
                 "retry-after-ms",
                 HeaderValue::from(retry_after.as_millis().max(1) as u64),
             );
+        }
+        if matches!(self, Error::TooManyConnections | Error::BodyTimeout(_)) {
+            let h = resp.headers_mut();
+            h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+            if matches!(self, Error::TooManyConnections) {
+                h.insert(header::RETRY_AFTER, HeaderValue::from(1));
+            }
         }
         resp
     }

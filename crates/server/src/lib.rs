@@ -9,7 +9,7 @@
 //! (request validation and tokenization), [`respond`] (engine events to
 //! OpenAI bodies; the SSE state machine), [`streams`] (resumable streams),
 //! [`routes`] (handlers), [`middleware`] (request ids, API keys, request
-//! counting), [`prom`] (Prometheus text), [`listen`] (connection limit).
+//! counting), [`prom`] (Prometheus text), [`listen`] (the accept loop and connection limits).
 
 pub mod error;
 pub mod listen;
@@ -46,6 +46,8 @@ pub struct ServerConfig {
     pub request_timeout: Option<Duration>,
     /// How long a dropped stream waits for its client to reconnect (0: never).
     pub resume_grace: Duration,
+    /// How long a request body may take to arrive once its head has.
+    pub body_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -60,6 +62,7 @@ impl Default for ServerConfig {
             },
             request_timeout: None,
             resume_grace: Duration::from_secs(5),
+            body_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -137,6 +140,7 @@ pub struct Shared {
     backend: OnceLock<Arc<Backend>>,
     pub replays: Arc<streams::ReplayBuffers>,
     pub http: middleware::HttpCounters,
+    pub conns: Arc<listen::ConnCounters>,
     /// Non-streaming requests whose client left before the answer.
     pub unary_disconnects: std::sync::atomic::AtomicU64,
     /// Set on SIGINT/SIGTERM: `/ready` answers 503 while in-flight work drains.
@@ -153,6 +157,7 @@ impl Shared {
             backend: OnceLock::new(),
             replays,
             http: Default::default(),
+            conns: Default::default(),
             unary_disconnects: Default::default(),
             draining: Default::default(),
         })

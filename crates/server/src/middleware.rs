@@ -87,6 +87,38 @@ pub async fn api_key(State(st): State<AppState>, req: Request, next: Next) -> Re
     }
 }
 
+/// Reads the request body under the server's size limit and body deadline
+/// (a slow-loris body is cut off with 408), refusing by `Content-Length`
+/// before reading a byte; handlers then see the buffered body.
+pub async fn body_deadline(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let limit = st.cfg.max_body_bytes;
+    let (parts, body) = req.into_parts();
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Error::PayloadTooLarge { limit }.into_response();
+    }
+    let bytes =
+        match tokio::time::timeout(st.cfg.body_timeout, axum::body::to_bytes(body, limit)).await {
+            Err(_) => return Error::BodyTimeout(st.cfg.body_timeout).into_response(),
+            Ok(Err(e)) => {
+                let too_large = std::error::Error::source(&e)
+                    .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+                return if too_large {
+                    Error::PayloadTooLarge { limit }.into_response()
+                } else {
+                    Error::bad(format!("reading the request body: {e}"), "body").into_response()
+                };
+            }
+            Ok(Ok(b)) => b,
+        };
+    next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))
+        .await
+}
+
 pub async fn count(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let route = req
         .extensions()

@@ -183,10 +183,38 @@ pub fn render(st: &Shared) -> String {
             "Non-streaming requests cancelled because the client left.",
             st.unary_disconnects.load(Ordering::Relaxed),
         ),
+        ("hasten_connections_accepted_total", "TCP connections accepted.", st.conns.accepted.load(Ordering::Relaxed)),
+        (
+            "hasten_connections_reclaimed_total",
+            "Idle connections closed to make room at the connection limit.",
+            st.conns.reclaimed.load(Ordering::Relaxed),
+        ),
+        (
+            "hasten_connections_overflow_total",
+            "Connections accepted while every slot was busy (probes only; others 503).",
+            st.conns.overflow.load(Ordering::Relaxed),
+        ),
+        (
+            "hasten_connections_refused_total",
+            "Connections closed at once: no room even for probes.",
+            st.conns.refused.load(Ordering::Relaxed),
+        ),
+        (
+            "hasten_connections_timed_out_total",
+            "Connections closed because no complete request head arrived within the idle timeout.",
+            st.conns.timed_out.load(Ordering::Relaxed),
+        ),
     ];
     for (name, help, v) in server {
         scalar(&mut out, name, "counter", help, v as f64);
     }
+    scalar(
+        &mut out,
+        "hasten_connections_open",
+        "gauge",
+        "Open client connections.",
+        st.conns.open.load(Ordering::Relaxed) as f64,
+    );
     scalar(
         &mut out,
         "hasten_streams_live",

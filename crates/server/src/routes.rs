@@ -40,6 +40,7 @@ pub fn router(st: AppState) -> Router {
         .route("/v1/streams/{id}", get(resume))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
+        .route_layer(from_fn_with_state(st.clone(), middleware::body_deadline))
         .route_layer(from_fn_with_state(st.clone(), middleware::api_key))
         .route_layer(from_fn_with_state(st.clone(), middleware::count));
     let open = Router::new()

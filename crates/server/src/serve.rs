@@ -2,9 +2,8 @@
 //! is 503 until it is loaded), serve until SIGINT/SIGTERM, then stop
 //! accepting and let in-flight requests finish up to a deadline.
 
-use crate::listen::LimitedListener;
+use crate::listen::{self, ConnConfig};
 use crate::{router, AppState, Backend, Error};
-use std::future::IntoFuture;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -12,7 +11,7 @@ use tokio::sync::watch;
 
 #[derive(Debug, Clone, Copy)]
 pub struct ServeOptions {
-    pub max_connections: usize,
+    pub conns: ConnConfig,
     pub shutdown_timeout: Duration,
 }
 
@@ -53,12 +52,8 @@ pub async fn serve(
     stop: impl std::future::Future<Output = ()> + Send,
 ) -> Result<(), Error> {
     let app = router(st.clone());
-    let (quit_tx, mut quit_rx) = watch::channel(false);
-    let server = axum::serve(LimitedListener::new(listener, opts.max_connections), app)
-        .with_graceful_shutdown(async move {
-            let _ = quit_rx.wait_for(|&q| q).await;
-        })
-        .into_future();
+    let (quit_tx, quit_rx) = watch::channel(false);
+    let server = listen::run(listener, app, opts.conns, st.conns.clone(), quit_rx);
     tokio::pin!(server);
     let st2 = st.clone();
     let loader = async move {

@@ -6,115 +6,12 @@
 
 mod common;
 
+use common::live::Live;
 use common::*;
 use hasten_engine::EngineConfig;
-use hasten_server::serve::{serve, ServeOptions};
-use hasten_server::{AppState, ServerConfig, Shared};
+use hasten_server::ServerConfig;
 use serde_json::{json, Value};
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use tokio::sync::oneshot;
-
-struct Live {
-    addr: SocketAddr,
-    st: AppState,
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<Result<(), hasten_server::Error>>,
-    http: reqwest::Client,
-}
-
-impl Live {
-    async fn start(cfg: ServerConfig, ec: EngineConfig, model: PathBuf) -> Live {
-        Live::start_with(cfg, ec, model, 64).await
-    }
-
-    async fn start_with(
-        cfg: ServerConfig,
-        ec: EngineConfig,
-        model: PathBuf,
-        max_connections: usize,
-    ) -> Live {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let st = Shared::new(cfg);
-        let (tx, rx) = oneshot::channel::<()>();
-        let opts = ServeOptions {
-            max_connections,
-            shutdown_timeout: Duration::from_secs(10),
-        };
-        let task = tokio::spawn(serve(
-            st.clone(),
-            listener,
-            opts,
-            move || Ok(backend_of(&model, ec)),
-            async {
-                let _ = rx.await;
-            },
-        ));
-        let live = Live {
-            addr,
-            st,
-            stop: Some(tx),
-            task,
-            // No idle pooled connections: they would hold connection slots.
-            http: reqwest::Client::builder()
-                .pool_max_idle_per_host(0)
-                .build()
-                .unwrap(),
-        };
-        let t0 = Instant::now();
-        while live.get("/ready").await.status() != 200 {
-            assert!(t0.elapsed() < Duration::from_secs(30), "never ready");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        live
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
-    }
-
-    async fn get(&self, path: &str) -> reqwest::Response {
-        self.http.get(self.url(path)).send().await.unwrap()
-    }
-
-    async fn post(&self, path: &str, body: &Value) -> reqwest::Response {
-        self.http
-            .post(self.url(path))
-            .json(body)
-            .send()
-            .await
-            .unwrap()
-    }
-
-    fn metrics(&self) -> hasten_engine::Metrics {
-        self.st.backend().unwrap().engine.metrics()
-    }
-
-    /// Waits (bounded) until `done` requests have ended (finished or
-    /// cancelled) and no sequence holds a KV block.
-    async fn idle_kv(&self, done: u64) -> hasten_engine::Metrics {
-        let t0 = Instant::now();
-        loop {
-            let m = self.metrics();
-            let ended = m.requests_finished + m.requests_cancelled;
-            if ended >= done
-                && m.kv_blocks_total > 0
-                && m.kv_blocks_used == 0
-                && m.running == 0
-                && m.waiting == 0
-            {
-                return m;
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(10),
-                "KV never went idle: {m:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-}
 
 /// Reads SSE events (comments included) from a streaming response until
 /// `until` says stop or the stream ends; returns (id, data or comment).
@@ -437,32 +334,4 @@ async fn shutdown_drains_in_flight_requests() {
     assert!(reqwest::get(format!("http://{}/health", live.addr))
         .await
         .is_err());
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn connections_beyond_the_limit_wait_for_a_free_slot() {
-    let live = Live::start_with(ServerConfig::default(), engine_config(), model_path(), 1).await;
-    // Let the readiness probe's connection close, then take the only slot.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let hold = tokio::net::TcpStream::connect(live.addr).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let quick = reqwest::Client::builder()
-        .pool_max_idle_per_host(0)
-        .timeout(Duration::from_millis(500))
-        .build()
-        .unwrap();
-    let e = quick.get(live.url("/health")).send().await.unwrap_err();
-    assert!(e.is_timeout(), "{e}");
-    drop(hold);
-    let t0 = Instant::now();
-    loop {
-        if let Ok(r) = quick.get(live.url("/health")).send().await {
-            assert_eq!(r.status(), 200);
-            break;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "the slot was never freed"
-        );
-    }
 }

@@ -2,6 +2,8 @@
 //! test binary) and app states around it.
 #![allow(dead_code)]
 
+pub mod live;
+
 use hasten_engine::{Engine, EngineConfig};
 use hasten_kernels::quant::GgmlType;
 use hasten_kernels::threads::Threads;
