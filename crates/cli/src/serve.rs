@@ -34,9 +34,11 @@ pub struct Args {
     /// Allowed CORS origin (repeatable; `*` for any). CORS is off without one.
     #[arg(long)]
     cors_origin: Vec<String>,
-    /// Largest request body in bytes.
-    #[arg(long, default_value_t = 4 << 20)]
-    max_body_bytes: usize,
+    /// Largest request body in bytes (default: what the longest prompt the
+    /// model accepts can take, three times over for JSON escapes, plus
+    /// 64 KiB; at least 1 MiB).
+    #[arg(long)]
+    max_body_bytes: Option<usize>,
     /// Longest prompt in tokens (default: what the context allows).
     #[arg(long)]
     max_prompt_tokens: Option<usize>,

@@ -16,6 +16,7 @@
 
 use crate::blocks::{chain_hash, Block, BlockPool, ChainHash};
 use crate::cost::CostModel;
+use crate::forecast::{Calibration, OutputLength, Work};
 use crate::metrics::Metrics;
 use crate::request::{Event, Finish, FinishReason, Request, Timing, TokenEvent, TokenLogprobs};
 use crate::{EngineConfig, Shared};
@@ -125,6 +126,10 @@ pub struct Core {
     seed: ChainHash,
     tables: Vec<Vec<u32>>,
     logits: Vec<f32>,
+    out_len: OutputLength,
+    /// Ids of submissions added since the forecast inputs were published.
+    picked: Vec<u64>,
+    calibration: Calibration,
 }
 
 impl Core {
@@ -169,12 +174,16 @@ impl Core {
             seed,
             tables: Vec::new(),
             logits: vec![0.0; model.config.vocab_size],
+            out_len: OutputLength::default(),
+            picked: Vec::new(),
+            calibration: Calibration::default(),
             model,
             cfg,
         }
     }
 
     pub fn add(&mut self, seq: Seq) {
+        self.picked.push(seq.id);
         self.waiting.push_back(seq);
         self.shared
             .waiting
@@ -213,6 +222,13 @@ impl Core {
                 }
             }
             let took = t0.elapsed();
+            if let Some(cost) = self.cost.fit() {
+                let decodes = plan.iter().filter(|c| c.len == 1).count();
+                let split = (tokens - decodes, decodes);
+                let ratio = self.logit_ratio();
+                self.calibration
+                    .observe(cost, ratio, split, took.as_secs_f64());
+            }
             self.cost.observe(tokens, took);
             let mut m = self.metrics.lock().unwrap_or_else(|p| p.into_inner());
             m.steps += 1;
@@ -465,6 +481,9 @@ impl Core {
             held_text(&mut seq)
         };
         let timing = seq.timing(now);
+        if !seq.req.spec().ignore_eos {
+            self.out_len.observe(seq.generated);
+        }
         let fin = Finish {
             reason,
             text,
@@ -483,13 +502,17 @@ impl Core {
         // Dropping `seq` returns its blocks (published ones stay cached).
     }
 
-    fn publish_gauges(&self) {
+    fn publish_gauges(&mut self) {
         let st = self.pool.stats();
         let waiting_tokens: usize = self.waiting.iter().map(Seq::remaining).sum();
         let eta = self.cost.time_for(waiting_tokens, self.cfg.max_step_tokens);
         self.shared
             .waiting
             .store(self.waiting.len(), Ordering::Relaxed);
+        self.shared
+            .running
+            .store(self.running.len(), Ordering::Relaxed);
+        self.publish_forecast();
         self.shared
             .eta_us
             .store(eta.as_micros() as u64, Ordering::Relaxed);
@@ -505,6 +528,56 @@ impl Core {
         m.kv_blocks_used = st.used;
         m.kv_blocks_free = st.free;
         m.kv_blocks_cached = st.cached_idle;
+    }
+}
+
+impl Core {
+    /// Work left in `s`, for the slot forecast.
+    fn work(&self, s: &Seq) -> Work {
+        let spec = s.req.spec();
+        Work {
+            prefill: if s.first_token.is_none() {
+                s.remaining()
+            } else {
+                0
+            },
+            decode: self
+                .out_len
+                .left(s.generated, spec.max_tokens, spec.ignore_eos),
+        }
+    }
+
+    /// The output projection's work per decoded token over the layers'.
+    fn logit_ratio(&self) -> f64 {
+        let c = &self.model.config;
+        let layer = c.dim * (2 * c.q_dim() + 2 * c.kv_dim()) + 3 * c.dim * c.ffn_dim;
+        (c.dim * c.vocab_size) as f64 / (c.n_layers * layer).max(1) as f64
+    }
+
+    /// Publishes what the `Retry-After` forecast needs: the requests this
+    /// thread holds (and which submissions it has picked up), the cost
+    /// model and typical output length.
+    fn publish_forecast(&mut self) {
+        let Some(cost) = self.cost.fit() else { return };
+        let known: Vec<Work> = (self.running.iter())
+            .chain(self.waiting.iter())
+            .map(|s| self.work(s))
+            .collect();
+        let mut f = self
+            .shared
+            .forecast
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        f.at = Some(Instant::now());
+        f.cost = cost;
+        f.logit_ratio = self.logit_ratio();
+        f.calibration = self.calibration;
+        f.max_running = self.cfg.max_running;
+        f.known = known;
+        f.running = self.running.len();
+        f.out_len = self.out_len;
+        let picked = std::mem::take(&mut self.picked);
+        f.in_flight.retain(|(id, _)| !picked.contains(id));
     }
 }
 

@@ -15,6 +15,7 @@ pub mod blocks;
 mod core;
 pub mod cost;
 pub mod error;
+mod forecast;
 pub mod metrics;
 pub mod request;
 
@@ -160,6 +161,9 @@ impl EngineOptions {
 #[derive(Debug, Default)]
 pub(crate) struct Shared {
     waiting: AtomicUsize,
+    running: AtomicUsize,
+    /// What the `Retry-After` forecast is made from.
+    forecast: Mutex<forecast::Inputs>,
     /// Estimated time until the queue ahead of a new request is prefilled.
     eta_us: AtomicU64,
     per_token_ns: AtomicU64,
@@ -191,6 +195,8 @@ pub struct Engine {
     thread: Option<std::thread::JoinHandle<()>>,
     /// Requests handed to the engine thread and not yet counted by it as waiting.
     in_flight: Arc<AtomicUsize>,
+    /// Retry times told to refused requests.
+    promises: Mutex<forecast::Promises>,
 }
 
 /// The events of one request, in order, ending with `Finished` or `Failed`.
@@ -263,6 +269,7 @@ impl Engine {
             next_id: AtomicU64::new(1),
             thread: Some(thread),
             in_flight,
+            promises: Default::default(),
         })
     }
 
@@ -289,6 +296,32 @@ impl Engine {
         self.shared.waiting.load(Ordering::Relaxed) + self.in_flight.load(Ordering::Relaxed)
     }
 
+    /// Requests the engine can still take: its capacity is `max_running`
+    /// computing plus `max_waiting` queued, whatever the split right now.
+    pub fn room(&self) -> usize {
+        let held = self.waiting() + self.shared.running.load(Ordering::Relaxed);
+        (self.cfg.max_running + self.cfg.max_waiting).saturating_sub(held)
+    }
+
+    /// How long a request refused now should wait before retrying: the time
+    /// the next slot not already promised to an earlier refusal frees up,
+    /// from the engine's forecast (see `forecast`); at least 100 ms.
+    pub fn retry_after(&self) -> Duration {
+        let floor = Duration::from_millis(100);
+        let now = Instant::now();
+        let f = self
+            .shared
+            .forecast
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .forecast(now);
+        self.promises
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .next(now, &f, floor)
+            .unwrap_or_else(|| self.queue_eta().max(Duration::from_secs(1)))
+    }
+
     /// Queues `req`. Refuses (before any work) when the queue is full or the
     /// request's deadline cannot be met.
     pub fn submit(&self, req: Request) -> Result<RequestStream> {
@@ -301,8 +334,8 @@ impl Engine {
                 .requests_rejected += 1;
             Err(e)
         };
-        if waiting >= self.cfg.max_waiting {
-            let retry_after = self.queue_eta().max(Duration::from_secs(1));
+        if self.room() == 0 {
+            let retry_after = self.retry_after();
             return reject(Error::QueueFull {
                 waiting,
                 retry_after,
@@ -318,6 +351,19 @@ impl Engine {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (etx, erx) = unbounded_channel();
         self.in_flight.fetch_add(1, Ordering::Relaxed);
+        {
+            let spec = req.spec();
+            let mut f = self
+                .shared
+                .forecast
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            let work = forecast::Work {
+                prefill: spec.prompt.len(),
+                decode: f.out_len.left(0, spec.max_tokens, spec.ignore_eos),
+            };
+            f.in_flight.push((id, work));
+        }
         if self
             .tx
             .send(Msg::Submit(Box::new(Pending {
@@ -329,6 +375,12 @@ impl Engine {
             .is_err()
         {
             self.in_flight.fetch_sub(1, Ordering::Relaxed);
+            let mut f = self
+                .shared
+                .forecast
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            f.in_flight.retain(|(i, _)| *i != id);
             return Err(Error::ShutDown);
         }
         Ok(RequestStream { id, rx: erx })

@@ -150,6 +150,25 @@ impl Sampler {
         if p.temperature == 0.0 {
             return argmax(logits);
         }
+        self.support(logits);
+        let total: f64 = self.cand.iter().map(|c| c.1 as f64).sum();
+        let mut r = self.rng.gen::<f64>() * total;
+        for c in &self.cand {
+            r -= c.1 as f64;
+            if r <= 0.0 {
+                return c.0;
+            }
+        }
+        self.cand.last().map_or(0, |c| c.0)
+    }
+
+    /// Fills `cand` with the tokens top-k, min-p and top-p leave and their
+    /// unnormalized weights `exp((logit - max) / temperature)`, in linear
+    /// time unless top-p needs an order: then only as many of the best
+    /// are sorted as it takes to reach `top_p` (the whole vocabulary was
+    /// sorted for every token before, ~2 ms at 32k entries).
+    fn support(&mut self, logits: &[f32]) {
+        let p = &self.params;
         self.cand.clear();
         self.cand
             .extend(logits.iter().enumerate().map(|(i, &l)| (i as u32, l)));
@@ -159,47 +178,45 @@ impl Sampler {
             self.cand.select_nth_unstable_by(p.top_k - 1, order);
             self.cand.truncate(p.top_k);
         }
-        self.cand.sort_by(order);
-        let max = self.cand[0].1;
-        let mut sum = 0.0f64;
+        let max = self
+            .cand
+            .iter()
+            .map(|c| c.1)
+            .fold(f32::NEG_INFINITY, f32::max);
+        let mut total = 0.0f64;
         for c in self.cand.iter_mut() {
             c.1 = ((c.1 - max) / p.temperature).exp();
-            sum += c.1 as f64;
+            total += c.1 as f64;
         }
-        for c in self.cand.iter_mut() {
-            c.1 = (c.1 as f64 / sum) as f32;
+        // min-p: weights are relative to the best (whose weight is 1).
+        if p.min_p > 0.0 {
+            self.cand.retain(|c| c.1 >= p.min_p);
         }
         if p.top_p < 1.0 {
-            let mut acc = 0.0f32;
-            let mut keep = self.cand.len();
-            for (i, c) in self.cand.iter().enumerate() {
-                acc += c.1;
-                if acc >= p.top_p {
-                    keep = i + 1;
+            // The shortest best-first prefix holding top_p of the mass
+            // (of the distribution before min-p, as when cut in turn).
+            let need = p.top_p as f64 * total;
+            let mut k = self.cand.len().min(64);
+            loop {
+                if k < self.cand.len() {
+                    self.cand.select_nth_unstable_by(k - 1, order);
+                }
+                self.cand[..k].sort_by(order);
+                let mut acc = 0.0f64;
+                let keep = self.cand[..k].iter().position(|c| {
+                    acc += c.1 as f64;
+                    acc >= need
+                });
+                if let Some(i) = keep {
+                    self.cand.truncate(i + 1);
                     break;
                 }
-            }
-            self.cand.truncate(keep);
-        }
-        if p.min_p > 0.0 {
-            let threshold = self.cand[0].1 * p.min_p;
-            let keep = self
-                .cand
-                .iter()
-                .take_while(|c| c.1 >= threshold)
-                .count()
-                .max(1);
-            self.cand.truncate(keep);
-        }
-        let total: f32 = self.cand.iter().map(|c| c.1).sum();
-        let mut r = self.rng.gen::<f32>() * total;
-        for c in &self.cand {
-            r -= c.1;
-            if r <= 0.0 {
-                return c.0;
+                if k == self.cand.len() {
+                    break;
+                }
+                k = (k * 4).min(self.cand.len());
             }
         }
-        self.cand.last().map_or(0, |c| c.0)
     }
 }
 
@@ -245,6 +262,84 @@ mod tests {
         };
         assert_eq!(draw(1), draw(1));
         assert_ne!(draw(1), draw(2));
+    }
+
+    /// The support and normalized probabilities by the plain method: sort
+    /// everything, softmax, cut top-p then min-p.
+    fn reference(p: &SamplingParams, logits: &[f32]) -> Vec<(u32, f32)> {
+        let mut c: Vec<(u32, f32)> = logits
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| (i as u32, l))
+            .collect();
+        c.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        if p.top_k > 0 {
+            c.truncate(p.top_k);
+        }
+        let max = c[0].1;
+        let sum: f64 = c
+            .iter()
+            .map(|x| ((x.1 - max) / p.temperature).exp() as f64)
+            .sum();
+        for x in c.iter_mut() {
+            x.1 = ((((x.1 - max) / p.temperature).exp()) as f64 / sum) as f32;
+        }
+        if p.top_p < 1.0 {
+            let mut acc = 0.0f64;
+            let keep = c.iter().position(|x| {
+                acc += x.1 as f64;
+                acc >= p.top_p as f64
+            });
+            c.truncate(keep.map_or(c.len(), |i| i + 1));
+        }
+        if p.min_p > 0.0 {
+            let t = c[0].1 * p.min_p;
+            let keep = c.iter().take_while(|x| x.1 >= t).count().max(1);
+            c.truncate(keep);
+        }
+        let total: f32 = c.iter().map(|x| x.1).sum();
+        c.iter().map(|&(i, w)| (i, w / total)).collect()
+    }
+
+    #[test]
+    fn the_support_matches_the_plain_sorted_method() {
+        use rand::Rng;
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        for vocab in [1, 2, 63, 64, 65, 1000, 32000] {
+            for &(top_k, top_p, min_p, t) in &[
+                (0, 1.0, 0.0, 1.0),
+                (0, 0.95, 0.0, 1.0),
+                (0, 0.5, 0.05, 0.7),
+                (40, 0.9, 0.0, 1.3),
+                (0, 1.0, 0.1, 2.0),
+                (0, 0.999, 0.0, 5.0),
+            ] {
+                let logits: Vec<f32> = (0..vocab).map(|_| rng.gen::<f32>() * 8.0).collect();
+                let p = SamplingParams {
+                    top_k,
+                    top_p,
+                    min_p,
+                    temperature: t,
+                    ..Default::default()
+                };
+                let mut s = Sampler::new(p.clone());
+                s.support(&logits);
+                let total: f64 = s.cand.iter().map(|c| c.1 as f64).sum();
+                let mut got: Vec<(u32, f32)> = s
+                    .cand
+                    .iter()
+                    .map(|&(i, w)| (i, (w as f64 / total) as f32))
+                    .collect();
+                got.sort_by_key(|c| c.0);
+                let mut want = reference(&p, &logits);
+                want.sort_by_key(|c| c.0);
+                let ids = |v: &[(u32, f32)]| v.iter().map(|c| c.0).collect::<Vec<_>>();
+                assert_eq!(ids(&got), ids(&want), "vocab {vocab} {p:?}");
+                for (g, w) in got.iter().zip(&want) {
+                    assert!((g.1 - w.1).abs() < 1e-4, "{g:?} {w:?}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -412,6 +412,13 @@ impl Tokenizer {
         self.pieces.get(id as usize).map_or(&[], Vec::as_slice)
     }
 
+    /// The most bytes of text one token stands for (at least 1): a text of
+    /// `n` bytes has at least `n / max_token_bytes()` tokens, a bound the
+    /// server checks before tokenizing anything.
+    pub fn max_token_bytes(&self) -> usize {
+        self.pieces.iter().map(Vec::len).max().unwrap_or(1).max(1)
+    }
+
     pub fn is_eos(&self, id: u32) -> bool {
         self.eos.contains(&id)
     }

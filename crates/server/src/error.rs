@@ -16,8 +16,13 @@ pub enum Error {
         param: Option<String>,
         code: Option<&'static str>,
     },
-    #[error("{0}")]
-    ContextLength(String),
+    /// The prompt (with `max_tokens`) does not fit; `param` names the
+    /// request field holding the prompt (`messages` or `prompt`).
+    #[error("{message}")]
+    ContextLength {
+        message: String,
+        param: Option<&'static str>,
+    },
     #[error("invalid API key: send `Authorization: Bearer <key>`")]
     Unauthorized,
     #[error("{message}")]
@@ -82,9 +87,33 @@ impl Error {
         }
     }
 
+    /// Names `field` (`messages` or `prompt`) as the culprit of an error
+    /// about the prompt that did not know which endpoint it came from.
+    pub fn in_prompt_field(self, field: &'static str) -> Self {
+        match self {
+            Error::ContextLength {
+                message,
+                param: None,
+            } => Error::ContextLength {
+                message,
+                param: Some(field),
+            },
+            Error::BadRequest {
+                message,
+                param: Some(p),
+                code,
+            } if p == "prompt" => Error::BadRequest {
+                message,
+                param: Some(field.to_owned()),
+                code,
+            },
+            e => e,
+        }
+    }
+
     pub fn status(&self) -> StatusCode {
         match self {
-            Error::BadRequest { .. } | Error::ContextLength(_) => StatusCode::BAD_REQUEST,
+            Error::BadRequest { .. } | Error::ContextLength { .. } => StatusCode::BAD_REQUEST,
             Error::Unauthorized => StatusCode::UNAUTHORIZED,
             Error::NotFound { .. } => StatusCode::NOT_FOUND,
             Error::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
@@ -110,9 +139,9 @@ impl Error {
                 param.clone(),
                 code.map(str::to_owned),
             ),
-            Error::ContextLength(_) => (
+            Error::ContextLength { param, .. } => (
                 "invalid_request_error",
-                Some("messages".to_owned()),
+                param.map(str::to_owned),
                 Some("context_length_exceeded".to_owned()),
             ),
             Error::Unauthorized => (
@@ -172,9 +201,10 @@ impl From<hasten_engine::Error> for Error {
     fn from(e: hasten_engine::Error) -> Self {
         use hasten_engine::Error as E;
         match e {
-            E::ContextLengthExceeded { .. } | E::KvCapacity { .. } => {
-                Error::ContextLength(e.to_string())
-            }
+            E::ContextLengthExceeded { .. } | E::KvCapacity { .. } => Error::ContextLength {
+                message: e.to_string(),
+                param: None,
+            },
             E::EmptyPrompt => Error::bad(e.to_string(), "prompt"),
             E::TokenOutOfRange { .. } => Error::bad(e.to_string(), "prompt"),
             E::ZeroMaxTokens => Error::bad(e.to_string(), "max_tokens"),

@@ -40,7 +40,10 @@ pub struct ServerConfig {
     pub api_keys: Vec<String>,
     /// Allowed CORS origins (`*` for any); empty means CORS is off.
     pub cors_origins: Vec<String>,
-    pub max_body_bytes: usize,
+    /// Largest request body; `None` derives it from the model: the bytes
+    /// its longest accepted prompt can take, three times over for JSON
+    /// escapes, plus 64 KiB, at least 1 MiB (see [`Shared::body_limit`]).
+    pub max_body_bytes: Option<usize>,
     pub limits: ServerLimits,
     /// Whole-request limit (non-streaming) or stream lifetime limit.
     pub request_timeout: Option<Duration>,
@@ -55,7 +58,7 @@ impl Default for ServerConfig {
         ServerConfig {
             api_keys: Vec::new(),
             cors_origins: Vec::new(),
-            max_body_bytes: 4 << 20,
+            max_body_bytes: None,
             limits: ServerLimits {
                 max_prompt_tokens: None,
                 max_output_tokens: None,
@@ -76,6 +79,8 @@ pub struct Backend {
     pub model_id: String,
     /// Unix seconds when it was loaded.
     pub created: u64,
+    /// [`Tokenizer::max_token_bytes`], computed once.
+    pub max_token_bytes: usize,
 }
 
 impl Backend {
@@ -87,6 +92,7 @@ impl Backend {
     ) -> Self {
         Backend {
             engine,
+            max_token_bytes: tokenizer.max_token_bytes(),
             tokenizer,
             template,
             model_id,
@@ -170,6 +176,22 @@ impl Shared {
 
     pub fn backend(&self) -> Result<Arc<Backend>> {
         self.backend.get().cloned().ok_or(Error::NotReady)
+    }
+
+    /// The request-body limit now: the configured one, or one derived from
+    /// the loaded model (1 MiB while it loads).
+    pub fn body_limit(&self) -> usize {
+        if let Some(n) = self.cfg.max_body_bytes {
+            return n;
+        }
+        match self.backend.get() {
+            Some(b) => {
+                let prompt = params::max_prompt_tokens(&b.engine.limits(), &self.cfg.limits);
+                (prompt.saturating_mul(b.max_token_bytes).saturating_mul(3) + (64 << 10))
+                    .clamp(1 << 20, routes::MAX_BODY_CAP)
+            }
+            None => 1 << 20,
+        }
     }
 
     pub fn is_ready(&self) -> bool {

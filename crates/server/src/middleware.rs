@@ -91,7 +91,7 @@ pub async fn api_key(State(st): State<AppState>, req: Request, next: Next) -> Re
 /// (a slow-loris body is cut off with 408), refusing by `Content-Length`
 /// before reading a byte; handlers then see the buffered body.
 pub async fn body_deadline(State(st): State<AppState>, req: Request, next: Next) -> Response {
-    let limit = st.cfg.max_body_bytes;
+    let limit = st.body_limit();
     let (parts, body) = req.into_parts();
     let declared = parts
         .headers

@@ -204,13 +204,63 @@ fn max_tokens(
     }
 }
 
-fn check_prompt_len(len: usize, sl: &ServerLimits) -> Result<()> {
+fn check_prompt_len(len: usize, sl: &ServerLimits, field: &'static str) -> Result<()> {
     match sl.max_prompt_tokens {
-        Some(max) if len > max => Err(Error::ContextLength(format!(
-            "the prompt has {len} tokens; this server accepts at most {max}"
-        ))),
+        Some(max) if len > max => Err(Error::ContextLength {
+            message: format!("the prompt has {len} tokens; this server accepts at most {max}"),
+            param: Some(field),
+        }),
         _ => Ok(()),
     }
+}
+
+/// The most prompt tokens a request can have: one fewer than the context
+/// (or the KV cache) holds, so one token can be generated, and at most the
+/// server's `--max-prompt-tokens`.
+pub fn max_prompt_tokens(lim: &Limits, sl: &ServerLimits) -> usize {
+    let room = lim.context_length.min(lim.kv_tokens).saturating_sub(1);
+    sl.max_prompt_tokens.map_or(room, |m| m.min(room))
+}
+
+/// Refuses, before any template renders or tokenizer runs, a prompt text
+/// of `bytes` bytes that must have more tokens than the server accepts
+/// (no token stands for more than `max_token_bytes` bytes). This bounds the
+/// work and memory an oversized prompt can cost.
+pub fn check_prompt_bytes(
+    bytes: usize,
+    max_token_bytes: usize,
+    lim: &Limits,
+    sl: &ServerLimits,
+    field: &'static str,
+) -> Result<()> {
+    let at_least = bytes.div_ceil(max_token_bytes.max(1));
+    let max = max_prompt_tokens(lim, sl);
+    if at_least > max {
+        return Err(Error::ContextLength {
+            message: format!(
+                "the prompt is {bytes} bytes, so at least {at_least} tokens (no token of this \
+                 model covers more than {max_token_bytes} bytes); this server accepts at most \
+                 {max} prompt tokens"
+            ),
+            param: Some(field),
+        });
+    }
+    Ok(())
+}
+
+/// Bytes of message text a chat request carries (what the template renders).
+fn chat_bytes(msgs: &[ChatMessage]) -> usize {
+    msgs.iter()
+        .map(|m| match &m.content {
+            None => 0,
+            Some(Content::Text(t)) => t.len(),
+            Some(Content::Parts(ps)) => ps
+                .iter()
+                .filter_map(|p| p.text.as_ref())
+                .map(|t| t.len() + 1)
+                .sum(),
+        })
+        .sum()
 }
 
 /// Message contents flattened to text, roles checked.
@@ -306,7 +356,7 @@ pub fn chat_prompt(
 /// The plan of a request: one spec per prompt and choice. `max` is the
 /// output-limit parameter's name and value, `flags` (stream, include_usage).
 fn plan(
-    prompts: Vec<Vec<u32>>,
+    (prompts, field): (Vec<Vec<u32>>, &'static str),
     s: &Sampling,
     (max_name, max_given): (&str, Option<i64>),
     style: LogprobStyle,
@@ -327,7 +377,7 @@ fn plan(
     }
     let mut out = Vec::with_capacity(prompts.len() * n);
     for p in prompts {
-        check_prompt_len(p.len(), sl)?;
+        check_prompt_len(p.len(), sl, field)?;
         let max = max_tokens(max_given, max_name, p.len(), lim, sl)?;
         for j in 0..n {
             let mut params = params.clone();
@@ -377,6 +427,13 @@ pub fn plan_chat(
     lim: &Limits,
     sl: &ServerLimits,
 ) -> Result<Plan> {
+    check_prompt_bytes(
+        chat_bytes(&r.messages),
+        tok.max_token_bytes(),
+        lim,
+        sl,
+        "messages",
+    )?;
     let msgs = chat_messages(&r.messages)?;
     let mut extra = r.extra.clone();
     let how = ending(&mut extra, &msgs)?;
@@ -399,7 +456,7 @@ pub fn plan_chat(
     };
     let flags = (stream, include_usage);
     plan(
-        vec![prompt],
+        (vec![prompt], "messages"),
         &r.sampling,
         (name, given),
         logprobs,
@@ -428,9 +485,19 @@ fn logprob_count(s: LogprobStyle) -> Option<usize> {
     }
 }
 
-/// Token ids of each prompt of a completions request.
-pub fn completion_prompts(p: &Prompt, tok: &Tokenizer) -> Result<Vec<Vec<u32>>> {
-    let enc = |t: &str| prompt::text_tokens(tok, t).map_err(|e| Error::Internal(e.to_string()));
+/// Token ids of each prompt of a completions request; a text that must
+/// have more tokens than the server accepts is refused before tokenizing.
+pub fn completion_prompts(
+    p: &Prompt,
+    tok: &Tokenizer,
+    lim: &Limits,
+    sl: &ServerLimits,
+) -> Result<Vec<Vec<u32>>> {
+    let max_bytes = tok.max_token_bytes();
+    let enc = |t: &str| {
+        check_prompt_bytes(t.len(), max_bytes, lim, sl, "prompt")?;
+        prompt::text_tokens(tok, t).map_err(|e| Error::Internal(e.to_string()))
+    };
     let out = match p {
         Prompt::Text(t) => vec![enc(t)?],
         Prompt::Texts(ts) => ts.iter().map(|t| enc(t)).collect::<Result<_>>()?,
@@ -455,10 +522,10 @@ pub fn plan_completion(
         None => LogprobStyle::None,
         Some(n) => LogprobStyle::Legacy(top_count(Some(n), "logprobs")?),
     };
-    let prompts = completion_prompts(&r.prompt, tok)?;
+    let prompts = completion_prompts(&r.prompt, tok, lim, sl)?;
     let max = ("max_tokens", r.sampling.max_tokens);
     plan(
-        prompts,
+        (prompts, "prompt"),
         &r.sampling,
         max,
         logprobs,

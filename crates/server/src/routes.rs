@@ -52,7 +52,9 @@ pub fn router(st: AppState) -> Router {
         .merge(open)
         .fallback(not_found)
         .method_not_allowed_fallback(|| async { Error::MethodNotAllowed })
-        .layer(DefaultBodyLimit::max(st.cfg.max_body_bytes))
+        .layer(DefaultBodyLimit::max(
+            st.cfg.max_body_bytes.unwrap_or(MAX_BODY_CAP),
+        ))
         .layer(from_fn(middleware::request_id));
     if !st.cfg.cors_origins.is_empty() {
         let origins = if st.cfg.cors_origins.iter().any(|o| o == "*") {
@@ -87,6 +89,10 @@ async fn not_found() -> Error {
     }
 }
 
+/// The largest body accepted when neither `--max-body-bytes` nor a model
+/// says otherwise.
+pub const MAX_BODY_CAP: usize = 64 << 20;
+
 /// Parses a JSON body; errors name the offending field's path.
 fn parse<T: DeserializeOwned>(
     body: std::result::Result<Bytes, BytesRejection>,
@@ -98,12 +104,25 @@ fn parse<T: DeserializeOwned>(
         }
         other => Error::bad(other.body_text(), "body"),
     })?;
-    let value: serde_json::Value = serde_json::from_slice(&bytes)
-        .map_err(|e| Error::bad(format!("the body is not valid JSON: {e}"), "body"))?;
-    let err = match serde_path_to_error::deserialize::<_, T>(&value) {
-        Ok(t) => return Ok(t),
+    // Straight into the request type (no JSON tree beside it): the body is
+    // the only other copy. The tree is built only to explain an error.
+    let mut de = serde_json::Deserializer::from_slice(&bytes);
+    let err = match serde_path_to_error::deserialize::<_, T>(&mut de) {
+        Ok(t) => {
+            return de
+                .end()
+                .map(|()| t)
+                .map_err(|e| Error::bad(format!("the body is not valid JSON: {e}"), "body"))
+        }
+        Err(e) if e.inner().is_syntax() || e.inner().is_eof() => {
+            return Err(Error::bad(
+                format!("the body is not valid JSON: {}", e.inner()),
+                "body",
+            ))
+        }
         Err(e) => e,
     };
+    let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
     let mut path = err.path().to_string();
     if path == "." {
         // Fields of flattened parts lose their path; the shared sampling
@@ -132,15 +151,16 @@ fn check_model(b: &Backend, model: Option<&str>) -> Result<()> {
     }
 }
 
-/// Refuses (429) when the queue cannot take `n` more, before any tokenization.
+/// Refuses (429) when the engine cannot take `n` more, before any
+/// tokenization, with the wait the engine forecasts for a free slot.
 fn admit(b: &Backend, n: Option<i64>) -> Result<()> {
     let want = n.unwrap_or(1).clamp(1, params::MAX_CHOICES as i64) as usize;
-    let waiting = b.engine.waiting();
-    if waiting + want > b.engine.config().max_waiting {
-        let retry_after = b.engine.queue_eta().max(Duration::from_secs(1));
+    if b.engine.room() < want {
+        let retry_after = b.engine.retry_after();
         return Err(Error::Overloaded {
             message: format!(
-                "the server is overloaded: {waiting} requests are waiting; retry in about {} ms",
+                "the server is at capacity ({} requests waiting); retry in about {} ms",
+                b.engine.waiting(),
                 retry_after.as_millis()
             ),
             retry_after,
@@ -177,7 +197,7 @@ async fn complete<R: DeserializeOwned + Send + 'static>(
     head: fn(&R) -> (Option<&str>, Option<i64>),
     plan: fn(&R, &Backend, &params::ServerLimits) -> Result<Plan>,
 ) -> Result<Response> {
-    let req: R = parse(body, st.cfg.max_body_bytes)?;
+    let req: R = parse(body, st.body_limit())?;
     let b = st.backend()?;
     let (model, n) = head(&req);
     check_model(&b, model)?;
@@ -275,8 +295,15 @@ async fn run(
     let eta = b.engine.queue_eta();
     let mut streams = Vec::with_capacity(plan.specs.len());
     let prompt_tokens: Vec<u64> = plan.specs.iter().map(|s| s.prompt.len() as u64).collect();
+    let field = match kind {
+        Kind::Chat => "messages",
+        Kind::Completion => "prompt",
+    };
     for spec in plan.specs {
-        let req = b.engine.validate(spec)?;
+        let req = b
+            .engine
+            .validate(spec)
+            .map_err(|e| Error::from(e).in_prompt_field(field))?;
         // On an error the streams already submitted are dropped: cancelled.
         streams.push(b.engine.submit(req)?);
     }
@@ -417,7 +444,7 @@ async fn tokenize(
     State(st): State<AppState>,
     body: std::result::Result<Bytes, BytesRejection>,
 ) -> Result<Json<TokenizeResponse>> {
-    let req: TokenizeRequest = parse(body, st.cfg.max_body_bytes)?;
+    let req: TokenizeRequest = parse(body, st.body_limit())?;
     let b = st.backend()?;
     check_model(&b, req.model.as_deref())?;
     let b2 = b.clone();
@@ -451,7 +478,7 @@ async fn detokenize(
     State(st): State<AppState>,
     body: std::result::Result<Bytes, BytesRejection>,
 ) -> Result<Json<DetokenizeResponse>> {
-    let req: DetokenizeRequest = parse(body, st.cfg.max_body_bytes)?;
+    let req: DetokenizeRequest = parse(body, st.body_limit())?;
     let b = st.backend()?;
     check_model(&b, req.model.as_deref())?;
     let vocab = b.engine.limits().vocab_size;

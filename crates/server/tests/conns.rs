@@ -163,7 +163,7 @@ async fn idle_keep_alive_connections_are_closed() {
 async fn slow_and_oversized_bodies_are_refused() {
     let cfg = ServerConfig {
         body_timeout: Duration::from_secs(1),
-        max_body_bytes: 1 << 20,
+        max_body_bytes: Some(1 << 20),
         ..ServerConfig::default()
     };
     let live = start(64, 5.0, cfg).await;

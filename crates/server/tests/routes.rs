@@ -522,7 +522,7 @@ async fn bad_requests_name_their_problem() {
 async fn limits_keys_and_overload() {
     let cfg = ServerConfig {
         api_keys: vec!["sk-right".into(), "sk-other".into()],
-        max_body_bytes: 2048,
+        max_body_bytes: Some(2048),
         limits: hasten_server::params::ServerLimits {
             max_prompt_tokens: Some(64),
             max_output_tokens: Some(32),
@@ -584,10 +584,15 @@ async fn limits_keys_and_overload() {
         (StatusCode::BAD_REQUEST, Some("context_length_exceeded"))
     );
 
-    // A queue that holds nothing: 429 with Retry-After, before any work.
+    // An engine full to capacity (one running, no queue): 429 with
+    // Retry-After, before any work.
     let mut ec = engine_config();
-    ec.max_waiting = 0;
+    (ec.max_running, ec.max_waiting) = (1, 0);
     let st = state_with(ServerConfig::default(), ec);
+    let engine = &st.backend().unwrap().engine;
+    let mut spec = hasten_engine::RequestSpec::greedy(vec![1, 2, 3], 400);
+    spec.ignore_eos = true;
+    let _held = engine.submit(engine.validate(spec).unwrap()).unwrap();
     let r = call(&st, post("/v1/chat/completions", &chat(json!({})))).await;
     assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
     let secs: u64 = r.headers()["retry-after"]

@@ -22,16 +22,7 @@ pub struct Live {
 
 impl Live {
     pub async fn start(cfg: ServerConfig, ec: EngineConfig, model: PathBuf) -> Live {
-        Live::start_with(
-            cfg,
-            ec,
-            model,
-            ConnConfig {
-                max: 64,
-                ..ConnConfig::default()
-            },
-        )
-        .await
+        Live::start_with(cfg, ec, model, ConnConfig::default()).await
     }
 
     pub async fn start_with(
