@@ -8,7 +8,9 @@ fn main() {
     for vocab in [32_000usize, 151_936] {
         // Peaked logits, as a trained model gives: a few strong candidates.
         let logits: Vec<f32> = (0..vocab)
-            .map(|i| ((i * 2_654_435_761) % 1000) as f32 / 100.0 - if i % 97 == 0 { 0.0 } else { 5.0 })
+            .map(|i| {
+                ((i * 2_654_435_761) % 1000) as f32 / 100.0 - if i % 97 == 0 { 0.0 } else { 5.0 }
+            })
             .collect();
         for (name, top_p, min_p, t) in [
             ("T=1 (OpenAI default)", 1.0, 0.0, 1.0),

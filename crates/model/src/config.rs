@@ -67,14 +67,25 @@ impl Config {
                 what,
             })
         };
-        if self.dim == 0
-            || self.n_layers == 0
-            || self.n_heads == 0
-            || self.n_kv_heads == 0
-            || self.ffn_dim == 0
-            || self.vocab_size == 0
-        {
-            return bad(format!("zero dimension in {self:?}"));
+        // Named as GGUF (after the architecture prefix) and config.json call them.
+        for (v, name) in [
+            (self.dim, "embedding_length (hidden_size)"),
+            (self.n_layers, "block_count (num_hidden_layers)"),
+            (self.n_heads, "attention.head_count (num_attention_heads)"),
+            (
+                self.n_kv_heads,
+                "attention.head_count_kv (num_key_value_heads)",
+            ),
+            (self.ffn_dim, "feed_forward_length (intermediate_size)"),
+            (self.vocab_size, "vocab_size"),
+            (
+                self.context_length,
+                "context_length (max_position_embeddings)",
+            ),
+        ] {
+            if v == 0 {
+                return bad(format!("{name} must be > 0, got 0"));
+            }
         }
         if !self.n_heads.is_multiple_of(self.n_kv_heads) {
             return bad(format!(
@@ -118,7 +129,7 @@ impl Config {
         let head_dim = opt_usize(h, file, &k("attention.key_length"))?
             .unwrap_or(dim.checked_div(n_heads).unwrap_or(0));
         let rope_dims = opt_usize(h, file, &k("rope.dimension_count"))?.unwrap_or(head_dim);
-        if rope_dims != head_dim {
+        if rope_dims != head_dim && n_heads > 0 && head_dim > 0 {
             return Err(Error::Config {
                 file: file.to_owned(),
                 what: format!("partial RoPE ({rope_dims} of {head_dim} dims) is not supported"),

@@ -188,6 +188,23 @@ impl GgufHeader {
                 )));
             }
         }
+        // Tensors must not share bytes: one whose offset points into
+        // another's data would load silently as garbage weights.
+        let mut by_offset: Vec<&TensorInfo> = tensors.iter().filter(|t| t.n_bytes > 0).collect();
+        by_offset.sort_by_key(|t| t.offset);
+        for w in by_offset.windows(2) {
+            let (a, b) = (w[0], w[1]);
+            if a.offset + a.n_bytes > b.offset {
+                return Err(r.malformed(format!(
+                    "tensors {:?} (data bytes {}..{}) and {:?} (from {}) overlap",
+                    a.name,
+                    a.offset,
+                    a.offset + a.n_bytes,
+                    b.name,
+                    b.offset
+                )));
+            }
+        }
         Ok(GgufHeader {
             version,
             metadata,

@@ -122,6 +122,23 @@ fn tensor_past_end_and_wrong_shape() {
 }
 
 #[test]
+fn overlapping_tensors_are_named() {
+    let mut w = GgufWriter::new();
+    w.tensor("alpha", &[32], GgmlType::F32, vec![0u8; 128]);
+    w.tensor("beta", &[3], GgmlType::F32, vec![0u8; 12]);
+    let mut b = w.to_bytes();
+    assert!(GgufFile::from_bytes("t", b.clone()).is_ok());
+    // beta's offset field follows its name, dimension count, one dimension and type.
+    let at = b.windows(4).position(|x| x == b"beta").unwrap() + 4 + 4 + 8 + 4;
+    b[at..at + 8].copy_from_slice(&64u64.to_le_bytes());
+    let e = err(b);
+    assert!(
+        e.contains("\"alpha\"") && e.contains("\"beta\"") && e.contains("overlap"),
+        "{e}"
+    );
+}
+
+#[test]
 fn unsupported_type_names_tensor_and_type() {
     let mut w = GgufWriter::new();
     w.tensor(

@@ -203,6 +203,35 @@ fn missing_tensor_and_wrong_shape_are_named() {
     .unwrap_err()
     .to_string();
     assert!(e.contains("gpt-j"), "{e}");
+
+    // A zero in the shape names the key and the rule, never a struct dump.
+    for (key, want) in [
+        (
+            "llama.attention.head_count",
+            "attention.head_count (num_attention_heads) must be > 0",
+        ),
+        (
+            "llama.block_count",
+            "block_count (num_hidden_layers) must be > 0",
+        ),
+        (
+            "llama.context_length",
+            "context_length (max_position_embeddings) must be > 0",
+        ),
+    ] {
+        let mut w = GgufWriter::new();
+        for (k, v) in &f.header.metadata {
+            let v = if k == key { Value::U32(0) } else { v.clone() };
+            w.kv(k, v);
+        }
+        let h = GgufFile::from_bytes("zero.gguf", w.to_bytes())
+            .unwrap()
+            .header;
+        let e = Config::from_gguf(&h, "zero.gguf", 32000)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(want) && !e.contains("Config {"), "{key}: {e}");
+    }
 }
 
 mod llama_cpp;
