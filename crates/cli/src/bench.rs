@@ -23,7 +23,9 @@ enum Cmd {
     /// Ratios of two runs' figures (B / A), with a warning where the
     /// difference is within noise.
     Compare {
+        /// The baseline run (a JSON file written by --json).
         a: String,
+        /// The run compared with it.
         b: String,
         /// A markdown table of the two side by side instead.
         #[arg(long)]
@@ -85,6 +87,7 @@ struct RunArgs {
     /// Requests sent first at each level and left out of the figures.
     #[arg(long, default_value_t = 2)]
     warmup: usize,
+    /// Where prompts come from.
     #[arg(long, value_enum, default_value_t = WorkloadArg::Random)]
     workload: WorkloadArg,
     /// The prompt file for --workload jsonl|sharegpt.
@@ -102,6 +105,7 @@ struct RunArgs {
     /// Seed of the workload and the Poisson schedule.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Temperature sent with every request (default: the server's).
     #[arg(long)]
     temperature: Option<f64>,
     /// Do not ask for ignore_eos (outputs may end early).

@@ -97,3 +97,35 @@ pub(crate) fn threads(n: usize) -> anyhow::Result<hasten_kernels::threads::Threa
     init_pool(t);
     Ok(t)
 }
+
+#[cfg(test)]
+mod help_tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// Every flag of every subcommand says what it does in `--help`.
+    #[test]
+    fn every_flag_has_help_text() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if matches!(id, "help" | "version") {
+                    continue;
+                }
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{path} --{}", arg.get_long().unwrap_or(id)));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "hasten", &mut missing);
+        assert!(
+            missing.is_empty(),
+            "flags without help:\n{}",
+            missing.join("\n")
+        );
+    }
+}

@@ -22,6 +22,7 @@ pub struct Args {
     /// model built into hasten).
     #[arg(long)]
     model: Option<PathBuf>,
+    /// The prompt text (required unless --random-prompt is given).
     #[arg(long, short, default_value = "")]
     prompt: String,
     /// Benchmark mode: use N seeded random token ids as the prompt instead
@@ -34,23 +35,31 @@ pub struct Args {
     /// System message for --chat.
     #[arg(long)]
     system: Option<String>,
+    /// Tokens to generate at most.
     #[arg(long, short = 'n', default_value_t = 128)]
     max_tokens: usize,
     /// 0 is greedy.
     #[arg(long, default_value_t = 0.8)]
     temperature: f32,
+    /// Sample from the K most likely tokens only (0: all).
     #[arg(long, default_value_t = 40)]
     top_k: usize,
+    /// Sample from the smallest set of tokens holding this much probability (1: all).
     #[arg(long, default_value_t = 0.95)]
     top_p: f32,
+    /// Drop tokens less likely than this fraction of the most likely one (0: off).
     #[arg(long, default_value_t = 0.05)]
     min_p: f32,
+    /// Divide the logits of recently seen tokens by this (1: off).
     #[arg(long, default_value_t = 1.0)]
     repeat_penalty: f32,
+    /// Subtract this times the count of each token seen so far (OpenAI's).
     #[arg(long, default_value_t = 0.0)]
     frequency_penalty: f32,
+    /// Subtract this from every token seen so far (OpenAI's).
     #[arg(long, default_value_t = 0.0)]
     presence_penalty: f32,
+    /// Seed of the sampler (the same seed gives the same output).
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Stop before this text (repeatable).
@@ -78,9 +87,12 @@ pub struct Args {
 
 pub fn main(a: Args) -> Result<()> {
     let threads = crate::threads(a.threads)?;
+    if a.prompt.is_empty() && a.random_prompt.is_none() {
+        anyhow::bail!("no prompt: give --prompt TEXT (or --random-prompt N)");
+    }
     let t_load = Instant::now();
     let (path, _) = crate::models::resolve(a.model.as_deref())?;
-    let lm = load(&path).with_context(|| format!("loading {}", path.display()))?;
+    let lm = load(&path).context("loading the model")?;
     let load_ms = t_load.elapsed().as_secs_f64() * 1e3;
     let tok = Arc::new(lm.tokenizer);
     let model = Arc::new(lm.model);

@@ -21,8 +21,10 @@ pub struct Args {
     /// The name clients pass as `model` (default: the file name without extension).
     #[arg(long)]
     served_model_name: Option<String>,
+    /// Address to listen on (0.0.0.0 for every interface).
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
+    /// Port to listen on (0 picks a free one, printed at start).
     #[arg(long, default_value_t = 8080)]
     port: u16,
     /// Accepted API key (repeatable); without any, no key is needed.
@@ -86,6 +88,7 @@ pub struct Args {
     /// Target inter-token latency in ms (sizes prefill chunks while streams decode).
     #[arg(long, default_value_t = 50)]
     itl_target_ms: u64,
+    /// Do not reuse the KV of shared prompt prefixes across requests.
     #[arg(long)]
     no_prefix_cache: bool,
     /// Tokens computed in one engine step at most (prompt chunks plus
@@ -152,15 +155,6 @@ pub fn main(a: Args) -> Result<()> {
         threads,
         max_step_tokens: Some(a.max_batch_tokens),
     };
-    let loader = move || -> std::result::Result<Backend, LoadError> {
-        // Resolving may download (hf:): the server already listens, /ready is 503.
-        let (path, default_name) = crate::models::resolve(model.as_deref())?;
-        Ok(Backend::load(
-            &path,
-            served.unwrap_or(default_name),
-            &engine,
-        )?)
-    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .worker_threads(2)
@@ -172,8 +166,19 @@ pub fn main(a: Args) -> Result<()> {
             .await
             .with_context(|| format!("binding {addr}"))?;
         let local = listener.local_addr()?;
-        // Scripts wait for this line to learn the port (with --port 0).
-        eprintln!("hasten serve: listening on http://{local}");
+        eprintln!(
+            "hasten serve: loading the model; http://{local} answers /health meanwhile (/ready is 503)"
+        );
+        let loader = move || -> std::result::Result<Backend, LoadError> {
+            // Resolving may download (hf:): the server already answers probes.
+            let (path, default_name) = crate::models::resolve(model.as_deref())?;
+            let b = Backend::load(&path, served.unwrap_or(default_name), &engine)?;
+            // Scripts wait for this line to learn the port (with --port 0);
+            // it comes once the model is loaded, so it never precedes a
+            // load error.
+            eprintln!("hasten serve: listening on http://{local}");
+            Ok(b)
+        };
         Ok(serve(Shared::new(cfg), listener, opts, loader, shutdown_signal()).await?)
     })
 }

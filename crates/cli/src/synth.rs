@@ -27,6 +27,7 @@ pub struct Args {
     /// Tie the output matrix to the token embeddings.
     #[arg(long)]
     tied: bool,
+    /// Seed of the random weights (the same seed writes the same file).
     #[arg(long, default_value_t = 42)]
     seed: u64,
     /// Vocab-only GGUF whose tokenizer the model carries (default: the

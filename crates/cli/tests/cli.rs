@@ -144,6 +144,11 @@ fn bad_input_is_a_clear_error() {
             ],
             "--max-batch-tokens must be at least 1",
         ),
+        (vec!["run", "--model", &model], "no prompt"),
+        (
+            vec!["serve", "--model", "/nonexistent/model.gguf", "--port", "0"],
+            "No such file",
+        ),
     ];
     for (args, want) in cases {
         let o = hasten(&args);
@@ -151,5 +156,11 @@ fn bad_input_is_a_clear_error() {
         assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
         assert!(err.contains(want), "{args:?}: {err}");
         assert!(!err.contains("panicked"), "{args:?}: {err}");
+        // One `error: <what>: <why>` line, the cause said once, and a
+        // server that failed to load never claims to be listening.
+        let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error: ")).collect();
+        assert_eq!(errors.len(), 1, "{args:?}: {err}");
+        assert_eq!(errors[0].matches(want).count(), 1, "{args:?}: {err}");
+        assert!(!err.contains("listening on"), "{args:?}: {err}");
     }
 }

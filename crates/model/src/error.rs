@@ -5,11 +5,8 @@ use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    #[error("{path}: {err}")]
+    Io { path: PathBuf, err: std::io::Error },
     #[error("{file}: not a GGUF file (magic {magic:?})")]
     BadMagic { file: String, magic: [u8; 4] },
     #[error("{file}: GGUF version {version} is not supported (2 and 3 are)")]

@@ -27,9 +27,9 @@ pub struct LoadedModel {
 /// Loads the model at `path` (a GGUF file, or a checkpoint directory / a
 /// `.safetensors` file inside one).
 pub fn load(path: &Path) -> Result<LoadedModel> {
-    let meta = std::fs::metadata(path).map_err(|source| Error::Io {
+    let meta = std::fs::metadata(path).map_err(|err| Error::Io {
         path: path.to_owned(),
-        source,
+        err,
     })?;
     if meta.is_dir() {
         return load_hf_dir(path);

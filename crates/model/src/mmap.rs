@@ -29,15 +29,15 @@ impl Bytes {
 /// truncated or modified while hasten runs. Model files are written once and
 /// read many times, which is how every inference engine treats them.
 pub fn map_file(path: &Path) -> Result<Bytes> {
-    let file = std::fs::File::open(path).map_err(|source| Error::Io {
+    let file = std::fs::File::open(path).map_err(|err| Error::Io {
         path: path.to_owned(),
-        source,
+        err,
     })?;
     let len = file
         .metadata()
-        .map_err(|source| Error::Io {
+        .map_err(|err| Error::Io {
             path: path.to_owned(),
-            source,
+            err,
         })?
         .len();
     if len == 0 {
@@ -47,9 +47,9 @@ pub fn map_file(path: &Path) -> Result<Bytes> {
     // SAFETY: the map is read-only and lives as long as every slice handed
     // out from it (they borrow the Arc). Concurrent modification of the file
     // would be visible through it; the documented contract above forbids that.
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|source| Error::Io {
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|err| Error::Io {
         path: path.to_owned(),
-        source,
+        err,
     })?;
     Ok(Bytes::Mapped(Arc::new(map)))
 }

@@ -83,9 +83,9 @@ fn malformed(path: &Path, what: String) -> Error {
 }
 
 pub(crate) fn read_text(path: &Path) -> Result<String> {
-    std::fs::read_to_string(path).map_err(|source| Error::Io {
+    std::fs::read_to_string(path).map_err(|err| Error::Io {
         path: path.to_owned(),
-        source,
+        err,
     })
 }
 

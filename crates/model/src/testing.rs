@@ -296,22 +296,22 @@ impl Fixture {
             };
             w.tensor(&gname, &dims, ty, encode(ty, &data, dims[0])?);
         }
-        let file = std::fs::File::create(out).map_err(|source| Error::Io {
+        let file = std::fs::File::create(out).map_err(|err| Error::Io {
             path: out.to_owned(),
-            source,
+            err,
         })?;
         w.write_to(&mut std::io::BufWriter::new(file))
-            .map_err(|source| Error::Io {
+            .map_err(|err| Error::Io {
                 path: out.to_owned(),
-                source,
+                err,
             })
     }
 
     /// Writes `config.json` and `model.safetensors` (f32) into `dir`.
     pub fn write_safetensors(&self, dir: &Path) -> Result<()> {
-        let io = |source| Error::Io {
+        let io = |err| Error::Io {
             path: dir.to_owned(),
-            source,
+            err,
         };
         std::fs::create_dir_all(dir).map_err(io)?;
         let arch = if self.qwen2 {

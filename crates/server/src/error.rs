@@ -51,14 +51,14 @@ pub enum Error {
     #[error("internal error: {0}")]
     Internal(String),
     /// The model could not be loaded (start-up; ends `serve`).
-    #[error("loading {}: {source}", path.display())]
+    #[error("loading the model: {err}")]
     Load {
         path: std::path::PathBuf,
-        source: hasten_model::Error,
+        err: hasten_model::Error,
     },
     /// The engine could not start (start-up; ends `serve`).
     #[error("starting the engine: {0}")]
-    Engine(#[source] hasten_engine::Error),
+    Engine(hasten_engine::Error),
     /// The caller's loader failed before a backend existed (resolving the
     /// model, a download): its error, kept whole.
     #[error(transparent)]

@@ -106,9 +106,9 @@ impl Backend {
     /// Logs the start-up line, which names the kernel tier that runs.
     pub fn load(path: &Path, model_id: String, opts: &EngineOptions) -> Result<Backend> {
         let t0 = std::time::Instant::now();
-        let load_err = |source| Error::Load {
+        let load_err = |err| Error::Load {
             path: path.to_owned(),
-            source,
+            err,
         };
         let lm = hasten_model::loader::load(path).map_err(load_err)?;
         let template = prompt::template_or_fallback(lm.template).map_err(load_err)?;

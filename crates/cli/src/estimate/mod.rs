@@ -41,8 +41,10 @@ pub struct Args {
     /// Threads for --measure; 0 uses every core.
     #[arg(long, short = 't', default_value_t = 0)]
     threads: usize,
+    /// Prompt tokens per request.
     #[arg(long, default_value_t = 512)]
     prompt: u64,
+    /// Output tokens per request.
     #[arg(long, default_value_t = 256)]
     output: u64,
     /// Sequences decoded together.

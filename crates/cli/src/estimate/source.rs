@@ -13,18 +13,25 @@ use std::path::Path;
 /// Dimension flags; each set one replaces the model's figure.
 #[derive(clap::Args, Default)]
 pub struct Dims {
+    /// Transformer layers (overrides the model's).
     #[arg(long)]
     pub layers: Option<u64>,
+    /// Hidden size (embedding width).
     #[arg(long)]
     pub hidden: Option<u64>,
+    /// Attention (query) heads.
     #[arg(long)]
     pub heads: Option<u64>,
+    /// Key/value heads (fewer than --heads for grouped-query attention).
     #[arg(long)]
     pub kv_heads: Option<u64>,
+    /// Dimension of one head (default: hidden / heads).
     #[arg(long)]
     pub head_dim: Option<u64>,
+    /// Feed-forward (intermediate) size.
     #[arg(long)]
     pub ffn: Option<u64>,
+    /// Vocabulary size.
     #[arg(long)]
     pub vocab: Option<u64>,
     /// Output projection shares the embedding matrix.
