@@ -69,7 +69,7 @@ class Server:
 def setUpModule():
     global SERVER, FULL
     SERVER = Server("--api-key", KEY)
-    FULL = Server("--max-waiting", "0")
+    FULL = Server("--max-running", "1", "--max-waiting", "0")
 
 
 def tearDownModule():
@@ -224,9 +224,18 @@ class Errors(unittest.TestCase):
             SERVER.client(key="sk-wrong").chat.completions.create(model="tiny", messages=MSG)
 
     def test_overload(self):
-        with self.assertRaises(openai.RateLimitError) as e:
-            FULL.client().chat.completions.create(model="tiny", messages=MSG, max_tokens=2)
-        self.assertGreaterEqual(int(e.exception.response.headers["retry-after"]), 1)
+        # FULL takes one request and queues none: a long stream holds it.
+        held = FULL.client().completions.create(
+            model="tiny", prompt="Hi", max_tokens=400, stream=True, extra_body={"ignore_eos": True}
+        )
+        try:
+            next(iter(held))  # admitted: the stream has started
+            with self.assertRaises(openai.RateLimitError) as e:
+                FULL.client().chat.completions.create(model="tiny", messages=MSG, max_tokens=2)
+            self.assertGreaterEqual(int(e.exception.response.headers["retry-after"]), 1)
+            self.assertGreaterEqual(int(e.exception.response.headers["retry-after-ms"]), 100)
+        finally:
+            held.close()
 
 
 if __name__ == "__main__":
