@@ -45,6 +45,9 @@ pub fn main(args: Args) -> Result<()> {
     let mut system = args.system.clone();
     let mut turns: Vec<ChatMessage> = Vec::new();
     let mut last: Option<Stats> = None;
+    // Piped input is a script: a failed answer makes the exit status 1.
+    let scripted = !std::io::IsTerminal::is_terminal(&std::io::stdin());
+    let mut failure: Option<String> = None;
     eprintln!(
         "hasten chat: {} ({}). /help for commands.",
         args.remote.endpoint.url,
@@ -98,7 +101,12 @@ pub fn main(args: Args) -> Result<()> {
         match ended {
             Ended::Done => {}
             Ended::Stopped => println!("[stopped]"),
-            Ended::Failed(e) => println!("[error: {e}]"),
+            Ended::Failed(e) => {
+                println!("[error: {e}]");
+                if scripted {
+                    failure = Some(e.to_string());
+                }
+            }
         }
         if text.is_empty() {
             // Nothing came back; forget the question so it can be asked again.
@@ -108,7 +116,10 @@ pub fn main(args: Args) -> Result<()> {
         }
         last = Some(out.stats);
     }
-    Ok(())
+    match failure {
+        Some(e) => anyhow::bail!("an answer failed: {e}"),
+        None => Ok(()),
+    }
 }
 
 /// One entry, joining lines that end in `\`; `None` at end of input.

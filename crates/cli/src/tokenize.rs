@@ -9,9 +9,10 @@ use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// A GGUF file (vocab-only files work) or a directory with tokenizer.json.
+    /// A GGUF file (vocab-only files work), a directory with
+    /// tokenizer.json, or hf:OWNER/REPO (default: the built-in demo model).
     #[arg(long)]
-    model: PathBuf,
+    model: Option<PathBuf>,
     /// Do not prepend the BOS token.
     #[arg(long)]
     no_bos: bool,
@@ -36,7 +37,8 @@ pub fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
 }
 
 pub fn main(a: Args) -> Result<()> {
-    let tok = load_tokenizer(&a.model)?;
+    let (path, _) = crate::models::resolve(a.model.as_deref())?;
+    let tok = load_tokenizer(&path)?;
     let text = match a.text {
         Some(t) => t,
         None => {

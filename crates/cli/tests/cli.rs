@@ -164,3 +164,38 @@ fn bad_input_is_a_clear_error() {
         assert!(!err.contains("listening on"), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn piped_chat_without_a_server_fails_and_tokenize_needs_no_model() {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    // Nothing listens on this port.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hasten"))
+        .args(["chat", "--url", &url, "--model", "m"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"Hello\n").unwrap();
+    let o = child.wait_with_output().unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("error: an answer failed"), "{err}");
+    // The built-in model's tokenizer, without --model.
+    let o = hasten(&["tokenize", "Hello world"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        out.trim()
+            .split([' ', ',', '[', ']'])
+            .any(|t| t.parse::<u32>().is_ok()),
+        "{out}"
+    );
+}

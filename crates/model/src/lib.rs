@@ -10,6 +10,7 @@ pub mod chat;
 pub mod config;
 pub mod detok;
 pub mod error;
+pub mod fuzz;
 pub mod gguf;
 pub mod kv;
 pub mod llama;

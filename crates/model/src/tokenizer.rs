@@ -312,7 +312,18 @@ impl Tokenizer {
         eos: &[String],
         add_bos: bool,
     ) -> Result<Self> {
-        let inner: tokenizers::Tokenizer = json.parse().map_err(tok_err)?;
+        // The tokenizers crate panics on some malformed files (e.g. a
+        // `decoder` of the wrong shape: `.expect("Helper")`); a file from
+        // outside must give an error, not take the process down.
+        let parsed = std::panic::catch_unwind(|| json.parse::<tokenizers::Tokenizer>());
+        let inner = match parsed {
+            Ok(r) => r.map_err(tok_err)?,
+            Err(_) => {
+                return Err(Error::Tokenizer(
+                    "tokenizer.json is malformed (the tokenizers library could not read it)".into(),
+                ))
+            }
+        };
         let vocab = inner.get_vocab(true);
         let n = inner.get_vocab_size(true);
         let byte_level = [

@@ -698,3 +698,41 @@ async fn the_request_timeout_cuts_unary_and_streaming_answers() {
     }
     assert_eq!(b.engine.metrics().requests_finished, 0);
 }
+
+/// A key given twice is refused, naming it, rather than one copy silently
+/// winning: for the request's own fields and the shared sampling ones.
+#[tokio::test]
+async fn duplicate_keys_are_refused() {
+    let st = state();
+    for (body, key) in [
+        (
+            r#"{"model":"tiny","model":"tiny","messages":[{"role":"user","content":"Hi"}]}"#,
+            "model",
+        ),
+        (
+            r#"{"messages":[{"role":"user","content":"Hi"}],"temperature":1,"temperature":0}"#,
+            "temperature",
+        ),
+        (
+            r#"{"prompt":"Hi","max_tokens":2,"max_tokens":3}"#,
+            "max_tokens",
+        ),
+    ] {
+        let path = if body.contains("messages") {
+            "/v1/chat/completions"
+        } else {
+            "/v1/completions"
+        };
+        let req = Request::post(path)
+            .header("content-type", "application/json")
+            .body(Body::from(body))
+            .unwrap();
+        let (s, e) = fails(&st, req).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{body}: {e}");
+        let msg = e["message"].as_str().unwrap();
+        assert!(
+            msg.contains("duplicate") && msg.contains(key),
+            "{body}: {msg}"
+        );
+    }
+}
