@@ -88,6 +88,13 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
+/// A template error in one line: what and where (`{:#}` would add
+/// minijinja's source excerpt, whose caret drawing can panic on spans that
+/// end before they start, as a fuzzed template found).
+fn describe(e: &minijinja::Error) -> String {
+    e.to_string()
+}
+
 impl ChatTemplate {
     /// Compiles `source`; syntax errors are reported here, not at render time.
     pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<Self> {
@@ -98,7 +105,7 @@ impl ChatTemplate {
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
         env.add_template_owned("chat", source.to_owned())
-            .map_err(|e| Error::Template(format!("{e:#}")))?;
+            .map_err(|e| Error::Template(describe(&e)))?;
         Ok(ChatTemplate {
             env,
             bos_token: bos_token.to_owned(),
@@ -123,7 +130,7 @@ impl ChatTemplate {
             ErrorKind::InvalidOperation => {
                 Error::Template(e.detail().unwrap_or("template raised an error").to_owned())
             }
-            _ => Error::Template(format!("{e:#}")),
+            _ => Error::Template(describe(&e)),
         })
     }
 
