@@ -1,11 +1,16 @@
 //! A bounded soak of a running `hasten serve` on loopback: N concurrent
 //! clients stream chat completions for a fixed time, some leaving mid-way
-//! at random, some non-streaming. At the end it checks there were no
-//! unexpected errors, the server's KV pool is idle (no leaked blocks), and
-//! reports the server's RSS over time.
+//! at random, some non-streaming, and some sending faults: malformed JSON
+//! (must get 400), bodies over the size limit (413) and prompts too long
+//! for the context (400 `context_length_exceeded`). A restart of the server
+//! (SIGTERM, then a new process on the same port; `scripts/soak.sh` does it)
+//! may refuse or reset connections: those count as restart errors, apart
+//! from unexpected ones. At the end it checks there were no unexpected
+//! errors, the server's KV pool is idle (no leaked blocks), and reports the
+//! server's RSS over time (the PID is re-read from PID_FILE each sample).
 //!
-//! `cargo run --release -p hasten-server --example soak -- URL PID SECS CLIENTS`
-//! (see `scripts/soak.sh`, which starts the server too).
+//! `cargo run --release -p hasten-server --example soak -- URL PID_FILE SECS CLIENTS`
+//! (see `scripts/soak.sh`, which starts and restarts the server).
 
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
@@ -19,6 +24,8 @@ struct Tally {
     completed: AtomicU64,
     left_early: AtomicU64,
     refused: AtomicU64,
+    faults: AtomicU64,
+    restart_errors: AtomicU64,
     errors: AtomicU64,
     tokens: AtomicU64,
 }
@@ -48,12 +55,71 @@ async fn metric(http: &reqwest::Client, url: &str, name: &str) -> Option<f64> {
 }
 
 /// One request; returns Err(description) for anything unexpected.
+/// A faulty request: it must be refused with `want` and the right code.
+async fn fault(
+    http: &reqwest::Client,
+    url: &str,
+    rng: &mut rand_chacha::ChaCha8Rng,
+    t: &Tally,
+) -> Result<(), String> {
+    let (body, want): (Vec<u8>, &[u16]) = match rng.gen_range(0..3) {
+        0 => (
+            b"{\"messages\": [{\"role\": \"user\", \"content\": ".to_vec(),
+            &[400],
+        ),
+        1 => (vec![b'x'; 8 << 20], &[413]),
+        _ => {
+            let text = "word ".repeat(50_000);
+            let v = json!({"messages": [{"role": "user", "content": text}]});
+            (serde_json::to_vec(&v).unwrap(), &[400])
+        }
+    };
+    t.requests.fetch_add(1, Ordering::Relaxed);
+    let r = http
+        .post(format!("{url}/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await;
+    let r = match r {
+        Ok(r) => r,
+        // Refused by Content-Length, the server may close before the
+        // client has finished sending.
+        Err(_) if want == [413] => {
+            t.faults.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
+        Err(e) => return Err(format!("send: {e}")),
+    };
+    let s = r.status().as_u16();
+    if !want.contains(&s) {
+        return Err(format!(
+            "fault got {s}, wanted {want:?}: {}",
+            r.text().await.unwrap_or_default()
+        ));
+    }
+    t.faults.fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Whether `e` is what a restarting server does to a client: its
+/// connection refused, reset or cut short.
+fn restart_error(e: &str) -> bool {
+    e.starts_with("send:")
+        || e.starts_with("stream:")
+        || e.contains("without [DONE]")
+        || e.contains("body:")
+}
+
 async fn one(
     http: &reqwest::Client,
     url: &str,
     rng: &mut rand_chacha::ChaCha8Rng,
     t: &Tally,
 ) -> Result<(), String> {
+    if rng.gen_bool(0.05) {
+        return fault(http, url, rng, t).await;
+    }
     let max_tokens = rng.gen_range(8..96);
     let stream = rng.gen_bool(0.85);
     let leave_after = rng
@@ -142,11 +208,17 @@ async fn one(
 async fn main() {
     let a: Vec<String> = std::env::args().skip(1).collect();
     if a.len() != 4 {
-        eprintln!("usage: soak URL SERVER_PID SECS CLIENTS");
+        eprintln!("usage: soak URL PID_FILE SECS CLIENTS");
         std::process::exit(2);
     }
     let url = a[0].trim_end_matches('/').to_owned();
-    let pid: u32 = a[1].parse().expect("pid");
+    let pid_file = a[1].clone();
+    let pid = move || -> u32 {
+        std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0)
+    };
     let secs: u64 = a[2].parse().expect("secs");
     let clients: u64 = a[3].parse().expect("clients");
     let http = reqwest::Client::new();
@@ -161,20 +233,25 @@ async fn main() {
             let mut errors = Vec::new();
             while Instant::now() < end {
                 if let Err(e) = one(&http, &url, &mut rng, &tally).await {
-                    tally.errors.fetch_add(1, Ordering::Relaxed);
-                    errors.push(e);
+                    if restart_error(&e) {
+                        tally.restart_errors.fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    } else {
+                        tally.errors.fetch_add(1, Ordering::Relaxed);
+                        errors.push(e);
+                    }
                 }
             }
             errors
         }));
     }
-    let mut rss = vec![(0u64, rss_kib(pid))];
+    let mut rss = vec![(0u64, rss_kib(pid()))];
     while Instant::now() < end {
         tokio::time::sleep(
             Duration::from_secs(10).min(end.saturating_duration_since(Instant::now())),
         )
         .await;
-        rss.push((t0.elapsed().as_secs(), rss_kib(pid)));
+        rss.push((t0.elapsed().as_secs(), rss_kib(pid())));
     }
     let mut errors = Vec::new();
     for t in tasks {
@@ -202,11 +279,13 @@ async fn main() {
     let t = &tally;
     println!("soak: {clients} clients, {wall:.0} s against {url}");
     println!(
-        "requests {} | completed {} | left early {} | refused (429) {} | unexpected errors {}",
+        "requests {} | completed {} | left early {} | refused (429) {} | faults refused as they should {} | restart errors {} | unexpected errors {}",
         g(&t.requests),
         g(&t.completed),
         g(&t.left_early),
         g(&t.refused),
+        g(&t.faults),
+        g(&t.restart_errors),
         g(&t.errors)
     );
     println!(
@@ -217,6 +296,13 @@ async fn main() {
     let first = rss[1.min(rss.len() - 1)].1;
     let last = rss.last().map_or(0, |r| r.1);
     let max = rss.iter().map(|r| r.1).max().unwrap_or(0);
+    println!(
+        "server RSS MiB every 10 s: {}",
+        rss.iter()
+            .map(|r| format!("{:.0}", r.1 as f64 / 1024.0))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
     println!(
         "server RSS MiB: start {:.1}, after 10 s {:.1}, max {:.1}, end {:.1}",
         rss[0].1 as f64 / 1024.0,
