@@ -92,6 +92,12 @@ async fn fault(
         Err(e) => return Err(format!("send: {e}")),
     };
     let s = r.status().as_u16();
+    if s == 503 {
+        return Err(format!(
+            "unavailable: {}",
+            r.text().await.unwrap_or_default()
+        ));
+    }
     if !want.contains(&s) {
         return Err(format!(
             "fault got {s}, wanted {want:?}: {}",
@@ -106,6 +112,7 @@ async fn fault(
 /// connection refused, reset or cut short.
 fn restart_error(e: &str) -> bool {
     e.starts_with("send:")
+        || e.starts_with("unavailable:")
         || e.starts_with("stream:")
         || e.contains("without [DONE]")
         || e.contains("body:")
@@ -146,6 +153,13 @@ async fn one(
         429 => {
             t.refused.fetch_add(1, Ordering::Relaxed);
             return Ok(());
+        }
+        // Draining or still loading: the restart.
+        503 => {
+            return Err(format!(
+                "unavailable: {}",
+                r.text().await.unwrap_or_default()
+            ))
         }
         s => {
             return Err(format!(
