@@ -236,13 +236,7 @@ fn bad_flags_and_missing_servers_are_clear_errors() {
         assert!(!o.status.success() && err.contains(want), "{args:?}: {err}");
         assert!(!err.contains("panicked"), "{err}");
     }
-    // Nothing listens on this port.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let url = format!("http://127.0.0.1:{port}");
+    let url = common::dead_url();
     let o = hasten(&["bench", "--url", &url, "--model", "m", "-n", "1", "--quiet"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(

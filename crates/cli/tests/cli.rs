@@ -169,13 +169,7 @@ fn bad_input_is_a_clear_error() {
 fn piped_chat_without_a_server_fails_and_tokenize_needs_no_model() {
     use std::io::Write;
     use std::process::{Command, Stdio};
-    // Nothing listens on this port.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let url = format!("http://127.0.0.1:{port}");
+    let url = common::dead_url();
     let mut child = Command::new(env!("CARGO_BIN_EXE_hasten"))
         .args(["chat", "--url", &url, "--model", "m"])
         .stdin(Stdio::piped())

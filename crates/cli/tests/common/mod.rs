@@ -20,6 +20,16 @@ pub fn hasten(args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// The URL of a loopback port nothing listens on.
+pub fn dead_url() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    format!("http://127.0.0.1:{port}")
+}
+
 /// `HASTEN_TESTDATA`, or the repository's `testdata/`.
 pub fn testdata() -> std::path::PathBuf {
     hasten_model::testing::testdata_dir()
