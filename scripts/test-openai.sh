@@ -30,5 +30,9 @@ export HASTEN_MODEL=$work/tiny.gguf
 "$HASTEN_BIN" synth --shape tiny --type q8_0 \
   --vocab "$HASTEN_TESTDATA/tokenizer/ggml-vocab-llama-spm.gguf" -o "$HASTEN_MODEL" >/dev/null
 
+# A private CA and a certificate for 127.0.0.1, for the HTTPS case.
+export HASTEN_TEST_PKI=$work/pki
+cargo run --profile test --quiet -p hasten-server --example test_certs -- "$HASTEN_TEST_PKI"
+
 "$venv/bin/python" tests/openai/test_openai.py
 OPENAI_PYTHON=$root/$venv/bin/python bash tests/openai/readme-curl.sh

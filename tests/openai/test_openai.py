@@ -3,14 +3,17 @@
 Starts real servers on loopback ports (`hasten serve --port 0`) over a tiny
 synthetic model and checks what users of the OpenAI SDK rely on: chat and
 completions, streaming and not, include_usage, n > 1, stop strings,
-reproducible seeds, and errors raised as the SDK's exception classes.
+reproducible seeds, errors raised as the SDK's exception classes, and a
+stream over HTTPS (`--tls-cert`) with a private CA.
 
 Run through scripts/test-openai.sh, which installs the package and builds
-the model; it needs HASTEN_BIN and HASTEN_MODEL.
+the model; it needs HASTEN_BIN, HASTEN_MODEL and HASTEN_TEST_PKI (a folder with
+ca.pem, cert.pem and key.pem).
 """
 
 import os
 import re
+import ssl
 import subprocess
 import time
 import unittest
@@ -20,6 +23,7 @@ import openai
 
 BIN = os.environ["HASTEN_BIN"]
 MODEL = os.environ["HASTEN_MODEL"]
+PKI = os.environ["HASTEN_TEST_PKI"]
 KEY = "sk-hasten-test"
 # The tiny model is nearly deterministic; a flat bias over 64 tokens makes
 # sampling (and so seeds) matter.
@@ -29,7 +33,7 @@ FLAT = {str(1000 + i): 100 for i in range(64)}
 class Server:
     """A `hasten serve` process on a free loopback port."""
 
-    def __init__(self, *args):
+    def __init__(self, *args, ssl_context=None):
         self.proc = subprocess.Popen(
             [BIN, "serve", "--model", MODEL, "--port", "0", "--threads", "1", *args],
             stderr=subprocess.PIPE,
@@ -41,14 +45,14 @@ class Server:
             line = self.proc.stderr.readline()
             if not line:
                 raise RuntimeError("hasten serve exited before listening")
-            m = re.search(r"listening on (http://\S+)", line)
+            m = re.search(r"listening on (https?://\S+)", line)
             if m:
                 self.url = m.group(1)
             if time.time() > deadline:
                 raise RuntimeError("hasten serve did not start")
         while True:
             try:
-                with urllib.request.urlopen(self.url + "/ready") as r:
+                with urllib.request.urlopen(self.url + "/ready", context=ssl_context) as r:
                     if r.status == 200:
                         break
             except Exception:
@@ -66,15 +70,26 @@ class Server:
         assert rc == 0, f"hasten serve exited with {rc} after SIGTERM"
 
 
+TRUST = ssl.create_default_context(cafile=os.path.join(PKI, "ca.pem"))
+
+
 def setUpModule():
-    global SERVER, FULL
+    global SERVER, FULL, HTTPS
     SERVER = Server("--api-key", KEY)
     FULL = Server("--max-running", "1", "--max-waiting", "0")
+    HTTPS = Server(
+        "--tls-cert",
+        os.path.join(PKI, "cert.pem"),
+        "--tls-key",
+        os.path.join(PKI, "key.pem"),
+        ssl_context=TRUST,
+    )
 
 
 def tearDownModule():
     SERVER.stop()
     FULL.stop()
+    HTTPS.stop()
 
 
 MSG = [{"role": "user", "content": "Hello there"}]
@@ -236,6 +251,31 @@ class Errors(unittest.TestCase):
             self.assertGreaterEqual(int(e.exception.response.headers["retry-after-ms"]), 100)
         finally:
             held.close()
+
+
+class Https(unittest.TestCase):
+    def test_stream_with_a_private_ca(self):
+        self.assertTrue(HTTPS.url.startswith("https://127.0.0.1:"))
+        c = HTTPS.client(http_client=openai.DefaultHttpxClient(verify=TRUST))
+        chunks = list(
+            c.chat.completions.create(model="tiny", messages=MSG, max_tokens=6, stream=True)
+        )
+        text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+        self.assertTrue(text)
+        self.assertEqual(chunks[-1].choices[0].finish_reason, "length")
+
+    def test_untrusted_certificate_fails(self):
+        # The system's roots do not include our private CA.
+        with self.assertRaises(openai.APIConnectionError) as e:
+            HTTPS.client().chat.completions.create(model="tiny", messages=MSG, max_tokens=2)
+        self.assertIn("CERTIFICATE_VERIFY_FAILED", repr(e.exception.__cause__))
+
+    def test_plain_http_to_the_tls_port_says_so(self):
+        plain = HTTPS.url.replace("https://", "http://")
+        c = openai.OpenAI(base_url=plain + "/v1", api_key=KEY, max_retries=0)
+        with self.assertRaises(openai.BadRequestError) as e:
+            c.chat.completions.create(model="tiny", messages=MSG, max_tokens=2)
+        self.assertIn("https://", e.exception.response.text)
 
 
 if __name__ == "__main__":

@@ -78,9 +78,10 @@ fn kind(e: &ClientError) -> (&'static str, Option<u16>) {
         | ClientError::IdleTimeout(_)
         | ClientError::TotalTimeout(_) => ("timeout", None),
         ClientError::Status { status, .. } => ("http", Some(*status)),
-        ClientError::Connect { .. } | ClientError::Request(_) | ClientError::Config(_) => {
-            ("connect", None)
-        }
+        ClientError::Connect { .. }
+        | ClientError::Certificate { .. }
+        | ClientError::Request(_)
+        | ClientError::Config(_) => ("connect", None),
         ClientError::Broken { .. } => ("broken", None),
         ClientError::Stream(_) => ("stream", None),
         ClientError::Protocol(_) => ("protocol", None),

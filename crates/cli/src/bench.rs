@@ -232,7 +232,7 @@ async fn run(a: RunArgs) -> Result<()> {
     // an earlier one); duration-bound levels cycle through theirs.
     let count = loads.len() * (stop.requests.unwrap_or(1000) + a.warmup);
     let items = hasten_bench::workload::build(&source, output, count, a.seed)?;
-    let mut cfg = a.endpoint.config();
+    let mut cfg = a.endpoint.config()?;
     cfg.retry.max_retries = a.retries;
     cfg.timeouts.first_token = Duration::from_secs_f64(a.timeout.max(0.001));
     cfg.timeouts.idle = Duration::from_secs_f64(a.timeout.max(0.001));

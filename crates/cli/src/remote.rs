@@ -2,7 +2,7 @@
 //! `complete`, and the endpoint part for `bench`): endpoint, key, timeouts, retries, break policy, hedging;
 //! and the `/stats` report both print.
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use hasten_client::{percentile, Client, Config, Hedge, OnBreak, Stats};
 use std::time::Duration;
 
@@ -18,14 +18,23 @@ pub struct Endpoint {
     /// Bearer token.
     #[arg(long, env = "OPENAI_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
+    /// PEM file of certificates to trust for https:// besides the web's
+    /// roots (a private CA or a self-signed server). Always verified.
+    #[arg(long, env = "HASTEN_CA_CERT")]
+    pub ca_cert: Option<std::path::PathBuf>,
 }
 
 impl Endpoint {
     /// The client settings for this endpoint (defaults otherwise).
-    pub fn config(&self) -> Config {
+    pub fn config(&self) -> Result<Config> {
         let mut c = Config::new(self.url.clone());
         c.api_key = self.api_key.clone().filter(|k| !k.is_empty());
-        c
+        if let Some(p) = &self.ca_cert {
+            let pem = std::fs::read(p)
+                .with_context(|| format!("reading the CA certificates {}", p.display()))?;
+            c.ca_pem = Some(pem);
+        }
+        Ok(c)
     }
 
     /// `--model`, else the first model the server lists, else none (hasten
@@ -83,7 +92,7 @@ fn secs(name: &str, v: f64) -> Result<Duration> {
 
 impl Remote {
     pub fn client(&self) -> Result<Client> {
-        let mut c = self.endpoint.config();
+        let mut c = self.endpoint.config()?;
         c.timeouts.connect = secs("connect-timeout", self.connect_timeout)?;
         c.timeouts.first_token = secs("first-token-timeout", self.first_token_timeout)?;
         c.timeouts.idle = secs("idle-timeout", self.idle_timeout)?;

@@ -7,8 +7,10 @@ use hasten_engine::EngineOptions;
 use hasten_server::listen::ConnConfig;
 use hasten_server::params::ServerLimits;
 use hasten_server::serve::{serve, shutdown_signal, LoadError, ServeOptions};
+use hasten_server::tls::Tls;
 use hasten_server::{Backend, ServerConfig, Shared};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(clap::Args)]
@@ -27,8 +29,16 @@ pub struct Args {
     /// Port to listen on (0 picks a free one, printed at start).
     #[arg(long, default_value_t = 8080)]
     port: u16,
+    /// Serve HTTPS with this PEM certificate chain (leaf first); needs
+    /// --tls-key. SIGHUP reloads both files.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The PEM private key (PKCS#8, RSA or EC) of --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// Accepted API key (repeatable); without any, no key is needed.
-    #[arg(long)]
+    /// HASTEN_API_KEY or --api-key-file keep keys out of the process list.
+    #[arg(long, env = "HASTEN_API_KEY", hide_env_values = true)]
     api_key: Vec<String>,
     /// A file of API keys, one per line.
     #[arg(long)]
@@ -144,7 +154,12 @@ pub fn main(a: Args) -> Result<()> {
             idle_timeout: secs(a.idle_timeout, "idle-timeout")?,
         },
         shutdown_timeout: secs(a.shutdown_timeout, "shutdown-timeout")?,
+        tls: match (&a.tls_cert, &a.tls_key) {
+            (Some(c), Some(k)) => Some(Arc::new(Tls::load(c, k)?)),
+            _ => None,
+        },
     };
+    let scheme = if opts.tls.is_some() { "https" } else { "http" };
     let (model, served) = (a.model.clone(), a.served_model_name.clone());
     let engine = EngineOptions {
         kv_bytes: a.kv_cache_mib << 20,
@@ -167,7 +182,7 @@ pub fn main(a: Args) -> Result<()> {
             .with_context(|| format!("binding {addr}"))?;
         let local = listener.local_addr()?;
         eprintln!(
-            "hasten serve: loading the model; http://{local} answers /health meanwhile (/ready is 503)"
+            "hasten serve: loading the model; {scheme}://{local} answers /health meanwhile (/ready is 503)"
         );
         let loader = move || -> std::result::Result<Backend, LoadError> {
             // Resolving may download (hf:): the server already answers probes.
@@ -176,7 +191,7 @@ pub fn main(a: Args) -> Result<()> {
             // Scripts wait for this line to learn the port (with --port 0);
             // it comes once the model is loaded, so it never precedes a
             // load error.
-            eprintln!("hasten serve: listening on http://{local}");
+            eprintln!("hasten serve: listening on {scheme}://{local}");
             Ok(b)
         };
         Ok(serve(Shared::new(cfg), listener, opts, loader, shutdown_signal()).await?)

@@ -149,6 +149,22 @@ fn bad_input_is_a_clear_error() {
             vec!["serve", "--model", "/nonexistent/model.gguf", "--port", "0"],
             "No such file",
         ),
+        (
+            vec![
+                "serve",
+                "--port",
+                "0",
+                "--tls-cert",
+                "/nonexistent/cert.pem",
+                "--tls-key",
+                "/nonexistent/key.pem",
+            ],
+            "reading the TLS certificate /nonexistent/cert.pem",
+        ),
+        (
+            vec!["complete", "--ca-cert", "/nonexistent/ca.pem", "Hi"],
+            "reading the CA certificates /nonexistent/ca.pem",
+        ),
     ];
     for (args, want) in cases {
         let o = hasten(&args);

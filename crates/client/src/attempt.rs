@@ -161,12 +161,7 @@ pub(crate) async fn send(
             return Err(Error::ConnectTimeout(inner.cfg.timeouts.connect))
         }
         Ok(Err(e)) if e.is_builder() => return Err(Error::Request(chain(&e))),
-        Ok(Err(e)) => {
-            return Err(Error::Connect {
-                url,
-                message: chain(&e),
-            })
-        }
+        Ok(Err(e)) => return Err(Error::connect(url, &e)),
         Ok(Ok(r)) => r,
     };
     if resp.status().is_success() {

@@ -11,6 +11,10 @@ pub struct Config {
     pub base_url: String,
     /// Sent as `Authorization: Bearer ...`.
     pub api_key: Option<String>,
+    /// PEM certificates trusted for `https://` besides the built-in web
+    /// roots: a private CA, or a self-signed server certificate.
+    /// Certificates are always verified.
+    pub ca_pem: Option<Vec<u8>>,
     pub timeouts: Timeouts,
     pub retry: Retry,
     pub on_break: OnBreak,
@@ -29,6 +33,7 @@ impl Config {
         Config {
             base_url: base_url.into(),
             api_key: None,
+            ca_pem: None,
             timeouts: Timeouts::default(),
             retry: Retry::default(),
             on_break: OnBreak::Continue,

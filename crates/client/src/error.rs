@@ -13,6 +13,10 @@ pub enum Error {
     Request(String),
     #[error("could not connect to {url}: {message}")]
     Connect { url: String, message: String },
+    /// The server's TLS certificate did not verify (not retried: it will
+    /// not heal by itself).
+    #[error("the TLS certificate of {url} was not accepted: {message} (for a private CA or a self-signed server, trust its certificate: `--ca-cert FILE`)")]
+    Certificate { url: String, message: String },
     #[error("connecting took longer than {0:?}")]
     ConnectTimeout(Duration),
     #[error("no output within {0:?} of sending the request")]
@@ -52,6 +56,20 @@ fn message(body: &Option<Box<ErrorBody>>, raw: &str) -> String {
 }
 
 impl Error {
+    /// A failed send: a certificate the client does not trust, or any
+    /// other connection failure.
+    pub(crate) fn connect(url: String, e: &reqwest::Error) -> Error {
+        let message = crate::attempt::chain(e);
+        // rustls says "invalid peer certificate: <why>".
+        match message.split_once("invalid peer certificate: ") {
+            Some((_, why)) => Error::Certificate {
+                url,
+                message: why.to_owned(),
+            },
+            None => Error::Connect { url, message },
+        }
+    }
+
     /// Whether retrying before any output is safe and may help.
     pub fn retryable(&self) -> bool {
         match self {

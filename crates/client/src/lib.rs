@@ -103,7 +103,21 @@ impl Client {
         if !base.ends_with("/v1") {
             base.push_str("/v1");
         }
-        let http = reqwest::Client::builder()
+        let mut http = reqwest::Client::builder();
+        if let Some(pem) = &cfg.ca_pem {
+            let roots = reqwest::Certificate::from_pem_bundle(pem).map_err(|e| {
+                Error::Config(format!("the CA certificates: {}", attempt::chain(&e)))
+            })?;
+            if roots.is_empty() {
+                return Err(Error::Config(
+                    "the CA file holds no PEM `CERTIFICATE` block".into(),
+                ));
+            }
+            for r in roots {
+                http = http.add_root_certificate(r);
+            }
+        }
+        let http = http
             .connect_timeout(cfg.timeouts.connect)
             .tcp_nodelay(true)
             // Below the 5 s keep-alive of common servers (uvicorn, cpp-httplib),
@@ -280,12 +294,7 @@ impl Client {
         let t = inner.cfg.timeouts.first_token;
         let resp = match tokio::time::timeout(t, b.send()).await {
             Err(_) => return Err(Error::FirstTokenTimeout(t)),
-            Ok(Err(e)) => {
-                return Err(Error::Connect {
-                    url,
-                    message: attempt::chain(&e),
-                })
-            }
+            Ok(Err(e)) => return Err(Error::connect(url, &e)),
             Ok(Ok(r)) => r,
         };
         let status = resp.status().as_u16();

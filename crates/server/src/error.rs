@@ -63,6 +63,9 @@ pub enum Error {
     /// model, a download): its error, kept whole.
     #[error(transparent)]
     Loader(Box<dyn std::error::Error + Send + Sync>),
+    /// The TLS certificate or key could not be used (start-up or reload).
+    #[error("TLS: {0}")]
+    Tls(String),
     /// The listener failed.
     #[error("serving: {0}")]
     Io(#[from] std::io::Error),
@@ -127,6 +130,7 @@ impl Error {
             | Error::Load { .. }
             | Error::Engine(_)
             | Error::Loader(_)
+            | Error::Tls(_)
             | Error::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -178,6 +182,7 @@ impl Error {
             | Error::Load { .. }
             | Error::Engine(_)
             | Error::Loader(_)
+            | Error::Tls(_)
             | Error::Io(_) => ("server_error", None, None),
         };
         let message = match self {
@@ -185,6 +190,7 @@ impl Error {
             | Error::Load { .. }
             | Error::Engine(_)
             | Error::Loader(_)
+            | Error::Tls(_)
             | Error::Io(_) => "the server had an error while processing the request".to_owned(),
             e => e.to_string(),
         };

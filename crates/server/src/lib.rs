@@ -20,6 +20,7 @@ pub mod respond;
 pub mod routes;
 pub mod serve;
 pub mod streams;
+pub mod tls;
 
 pub use error::{Error, Result};
 pub use routes::router;

@@ -21,6 +21,7 @@
 //! which is what makes cancellation on disconnect work for unary requests.
 
 use crate::error::Error;
+use crate::tls::{self, Tls};
 use axum::body::Body;
 use axum::response::IntoResponse;
 use axum::Router;
@@ -72,6 +73,9 @@ pub struct ConnCounters {
     pub refused: AtomicU64,
     /// Closed because a request head did not arrive within the idle timeout.
     pub timed_out: AtomicU64,
+    /// Closed before HTTP: a failed or too slow TLS handshake, or plain
+    /// HTTP sent to the TLS port.
+    pub tls_failed: AtomicU64,
 }
 
 /// What one connection shares with the registry.
@@ -264,11 +268,13 @@ fn is_probe(path: &str) -> bool {
 
 /// Accepts on `listener` until `quit` turns true, then waits for the open
 /// connections to finish (each is told to close after its current
-/// request). The caller bounds that wait.
+/// request). The caller bounds that wait. With `tls`, each connection
+/// first completes a TLS handshake within the idle timeout.
 pub async fn run(
     listener: TcpListener,
     app: Router,
     cfg: ConnConfig,
+    tls: Option<Arc<Tls>>,
     counters: Arc<ConnCounters>,
     mut quit: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
@@ -332,10 +338,16 @@ pub async fn run(
             (id, state, overflow)
         };
         let base = conns.lock().base;
-        let task = connection(io, app.clone(), state, base, overflow, &conns, quit.clone());
-        let conns2 = conns.clone();
+        let (app, conns2, quit, tls) = (app.clone(), conns.clone(), quit.clone(), tls.clone());
         tokio::spawn(async move {
-            task.await;
+            match tls {
+                None => connection(io, app, state, base, overflow, &conns2, quit).await,
+                Some(tls) => {
+                    if let Some(io) = handshake(&tls, io, &state, &conns2).await {
+                        connection(io, app, state, base, overflow, &conns2, quit).await;
+                    }
+                }
+            }
             conns2.release(id);
         });
     }
@@ -364,16 +376,42 @@ fn warn_full(last: &mut Option<Instant>, addr: SocketAddr) {
     }
 }
 
-/// Serves one connection until it closes, is reclaimed, or the server drains.
-fn connection(
+/// The TLS handshake, bounded by the idle timeout and cut short if the
+/// connection is reclaimed meanwhile (it is idle until its first request).
+async fn handshake(
+    tls: &Tls,
     io: tokio::net::TcpStream,
+    state: &ConnState,
+    conns: &Conns,
+) -> Option<tokio_rustls::server::TlsStream<tokio::net::TcpStream>> {
+    let r = tokio::select! {
+        r = tokio::time::timeout(conns.cfg.idle_timeout, tls::accept(tls, io)) => r,
+        () = state.kill.notified() => return None,
+    };
+    let why = match r {
+        Ok(Ok(io)) => return Some(io),
+        Ok(Err(tls::Refusal::PlainHttp)) => "plain HTTP sent to the TLS port".to_owned(),
+        Ok(Err(tls::Refusal::Handshake(e))) => format!("TLS handshake failed: {e}"),
+        Err(_) => "TLS handshake timed out".to_owned(),
+    };
+    conns.counters.tls_failed.fetch_add(1, Ordering::Relaxed);
+    tracing::debug!("connection closed: {why}");
+    None
+}
+
+/// Serves one connection until it closes, is reclaimed, or the server drains.
+fn connection<I>(
+    io: I,
     app: Router,
     state: Arc<ConnState>,
     base: Instant,
     overflow: bool,
     conns: &Arc<Conns>,
     mut quit: watch::Receiver<bool>,
-) -> impl std::future::Future<Output = ()> + Send + 'static {
+) -> impl std::future::Future<Output = ()> + Send + 'static
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let idle = if overflow {
         conns.cfg.idle_timeout.min(Duration::from_secs(2))
     } else {

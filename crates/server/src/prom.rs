@@ -204,6 +204,11 @@ pub fn render(st: &Shared) -> String {
             "Connections closed because no complete request head arrived within the idle timeout.",
             st.conns.timed_out.load(Ordering::Relaxed),
         ),
+        (
+            "hasten_connections_tls_failed_total",
+            "Connections closed before HTTP: a failed or timed-out TLS handshake, or plain HTTP to the TLS port.",
+            st.conns.tls_failed.load(Ordering::Relaxed),
+        ),
     ];
     for (name, help, v) in server {
         scalar(&mut out, name, "counter", help, v as f64);

@@ -1,18 +1,45 @@
 //! Running the server: bind, load the model in the background (`/ready`
 //! is 503 until it is loaded), serve until SIGINT/SIGTERM, then stop
-//! accepting and let in-flight requests finish up to a deadline.
+//! accepting and let in-flight requests finish up to a deadline. With TLS,
+//! SIGHUP reloads the certificate and key (a bad pair keeps the old one).
 
 use crate::listen::{self, ConnConfig};
+use crate::tls::Tls;
 use crate::{router, AppState, Backend, Error};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ServeOptions {
     pub conns: ConnConfig,
     pub shutdown_timeout: Duration,
+    /// HTTPS instead of plain HTTP.
+    pub tls: Option<Arc<Tls>>,
+}
+
+/// Reloads `tls` on every SIGHUP, for ever.
+async fn reload_on_sighup(tls: Arc<Tls>) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let Ok(mut hup) = signal(SignalKind::hangup()) else {
+            tracing::warn!("cannot listen for SIGHUP: the TLS certificate will not be reloaded");
+            return std::future::pending().await;
+        };
+        while hup.recv().await.is_some() {
+            match tls.reload() {
+                Ok(()) => tracing::info!(
+                    "SIGHUP: reloaded the TLS certificate {}",
+                    tls.cert_path().display()
+                ),
+                Err(e) => tracing::error!("SIGHUP: {e}; still serving the previous certificate"),
+            }
+        }
+    }
+    std::future::pending().await
 }
 
 /// Resolves on SIGINT or SIGTERM.
@@ -53,7 +80,20 @@ pub async fn serve(
 ) -> Result<(), Error> {
     let app = router(st.clone());
     let (quit_tx, quit_rx) = watch::channel(false);
-    let server = listen::run(listener, app, opts.conns, st.conns.clone(), quit_rx);
+    let server = listen::run(
+        listener,
+        app,
+        opts.conns,
+        opts.tls.clone(),
+        st.conns.clone(),
+        quit_rx,
+    );
+    let reload = async {
+        match opts.tls.clone() {
+            Some(tls) => reload_on_sighup(tls).await,
+            None => std::future::pending().await,
+        }
+    };
     tokio::pin!(server);
     let st2 = st.clone();
     let loader = async move {
@@ -74,6 +114,7 @@ pub async fn serve(
     tokio::select! {
         r = &mut server => return r.map_err(Error::Io),
         r = loader => return r,
+        () = reload => unreachable!("reloading never ends"),
         () = stop => {}
     }
     tracing::info!(

@@ -109,12 +109,6 @@ async fn a_thousand_idle_sockets_lock_out_neither_probes_nor_requests() {
     assert!(reclaimed >= 900.0 && timed_out >= 1.0, "{page}");
 }
 
-fn metric(page: &str, name: &str) -> f64 {
-    page.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in {page}"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_loris_head_is_cut_off_at_the_deadline() {
     let live = start(64, 1.0, ServerConfig::default()).await;

@@ -72,6 +72,8 @@ pub fn http(addr: &str, method: &str, path: &str, body: &str) -> std::io::Result
 pub struct Serve {
     child: std::process::Child,
     pub addr: String,
+    /// `http`, or `https` with `--tls-cert`.
+    pub scheme: &'static str,
     /// Every stderr line so far (the start-up line among them).
     pub log: Arc<Mutex<Vec<String>>>,
     _cache: tempfile::TempDir,
@@ -103,11 +105,14 @@ impl Serve {
             .unwrap();
         let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
         let log = Arc::new(Mutex::new(Vec::new()));
-        let addr = loop {
+        let (scheme, addr) = loop {
             let line = lines.next().expect("hasten serve exited").unwrap();
             log.lock().unwrap().push(line.clone());
             if let Some(a) = line.split("listening on http://").nth(1) {
-                break a.trim().to_owned();
+                break ("http", a.trim().to_owned());
+            }
+            if let Some(a) = line.split("listening on https://").nth(1) {
+                break ("https", a.trim().to_owned());
             }
         };
         // Keep draining stderr so the server never blocks on a full pipe.
@@ -118,7 +123,16 @@ impl Serve {
             }
         });
         loop {
-            if let Ok((200, _)) = http(&addr, "GET", "/ready", "") {
+            // Over TLS (no client here), the line logged once ready.
+            let ready = match scheme {
+                "http" => matches!(http(&addr, "GET", "/ready", ""), Ok((200, _))),
+                _ => log
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .any(|l| l.contains("loaded; ready")),
+            };
+            if ready {
                 break;
             }
             assert!(
@@ -131,13 +145,44 @@ impl Serve {
         Serve {
             child,
             addr,
+            scheme,
             log,
             _cache: cache,
         }
     }
 
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("{}://{}", self.scheme, self.addr)
+    }
+
+    /// Sends `signal` (as `kill -SIGNAL` names it) to the server.
+    pub fn signal(&self, signal: &str) {
+        let ok = Command::new("kill")
+            .args([format!("-{signal}"), self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -{signal} failed");
+    }
+
+    /// Waits (at most 10 s) for a log line containing `text`, after the
+    /// first `skip` lines.
+    pub fn wait_log(&self, skip: usize, text: &str) {
+        let t0 = Instant::now();
+        while !self
+            .log
+            .lock()
+            .unwrap()
+            .iter()
+            .skip(skip)
+            .any(|l| l.contains(text))
+        {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "no log line with {text:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// A counter from `/metrics`.

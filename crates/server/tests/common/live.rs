@@ -5,15 +5,19 @@ use super::backend_of;
 use hasten_engine::EngineConfig;
 use hasten_server::listen::ConnConfig;
 use hasten_server::serve::{serve, ServeOptions};
+use hasten_server::tls::Tls;
 use hasten_server::{AppState, ServerConfig, Shared};
 use serde_json::Value;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 pub struct Live {
     pub addr: SocketAddr,
+    /// `http` or `https`.
+    pub scheme: &'static str,
     pub st: AppState,
     pub stop: Option<oneshot::Sender<()>>,
     pub task: tokio::task::JoinHandle<Result<(), hasten_server::Error>>,
@@ -31,6 +35,20 @@ impl Live {
         model: PathBuf,
         conns: ConnConfig,
     ) -> Live {
+        // No idle pooled connections: they would hold connection slots.
+        let http = reqwest::Client::builder().pool_max_idle_per_host(0);
+        Live::start_opts(cfg, ec, model, conns, None, http).await
+    }
+
+    /// With TLS when `tls` is given; `http` must then trust its certificate.
+    pub async fn start_opts(
+        cfg: ServerConfig,
+        ec: EngineConfig,
+        model: PathBuf,
+        conns: ConnConfig,
+        tls: Option<Arc<Tls>>,
+        http: reqwest::ClientBuilder,
+    ) -> Live {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let st = Shared::new(cfg);
@@ -38,6 +56,7 @@ impl Live {
         let opts = ServeOptions {
             conns,
             shutdown_timeout: Duration::from_secs(10),
+            tls: tls.clone(),
         };
         let task = tokio::spawn(serve(
             st.clone(),
@@ -50,14 +69,11 @@ impl Live {
         ));
         let live = Live {
             addr,
+            scheme: if tls.is_some() { "https" } else { "http" },
             st,
             stop: Some(tx),
             task,
-            // No idle pooled connections: they would hold connection slots.
-            http: reqwest::Client::builder()
-                .pool_max_idle_per_host(0)
-                .build()
-                .unwrap(),
+            http: http.build().unwrap(),
         };
         let t0 = Instant::now();
         while live.get("/ready").await.status() != 200 {
@@ -68,7 +84,7 @@ impl Live {
     }
 
     pub fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
+        format!("{}://{}{path}", self.scheme, self.addr)
     }
 
     pub async fn get(&self, path: &str) -> reqwest::Response {

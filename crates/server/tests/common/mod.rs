@@ -82,3 +82,10 @@ pub fn state_with(cfg: ServerConfig, ec: EngineConfig) -> AppState {
 pub fn state() -> AppState {
     state_with(ServerConfig::default(), engine_config())
 }
+
+/// A sample's value on a `/metrics` page.
+pub fn metric(page: &str, name: &str) -> f64 {
+    page.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {page}"))
+}
