@@ -102,7 +102,10 @@ fn api_keys_never_reach_the_log_or_the_metrics() {
         assert!(!stderr(&o).contains(key), "{}", stderr(&o));
     }
     let (_, metrics) = common::http(&s.addr, "GET", "/metrics", "").unwrap();
-    assert!(metrics.contains("hasten_connections_accepted_total"), "{metrics}");
+    assert!(
+        metrics.contains("hasten_connections_accepted_total"),
+        "{metrics}"
+    );
     let log = s.log.lock().unwrap().join("\n");
     assert!(log.contains("401"), "{log}");
     for text in [&metrics, &log] {

@@ -296,11 +296,16 @@ impl Engine {
         self.shared.waiting.load(Ordering::Relaxed) + self.in_flight.load(Ordering::Relaxed)
     }
 
-    /// Requests the engine can still take: its capacity is `max_running`
-    /// computing plus `max_waiting` queued, whatever the split right now.
+    /// Requests the engine holds at most: `max_running` computing plus
+    /// `max_waiting` queued, whatever the split.
+    pub fn capacity(&self) -> usize {
+        self.cfg.max_running + self.cfg.max_waiting
+    }
+
+    /// Requests the engine can still take (of [`Engine::capacity`]).
     pub fn room(&self) -> usize {
         let held = self.waiting() + self.shared.running.load(Ordering::Relaxed);
-        (self.cfg.max_running + self.cfg.max_waiting).saturating_sub(held)
+        self.capacity().saturating_sub(held)
     }
 
     /// How long a request refused now should wait before retrying: the time

@@ -152,9 +152,21 @@ fn check_model(b: &Backend, model: Option<&str>) -> Result<()> {
 }
 
 /// Refuses (429) when the engine cannot take `n` more, before any
-/// tokenization, with the wait the engine forecasts for a free slot.
+/// tokenization, with the wait the engine forecasts for a free slot; and
+/// (400) an `n` that could never be taken, which no retry would cure.
 fn admit(b: &Backend, n: Option<i64>) -> Result<()> {
     let want = n.unwrap_or(1).clamp(1, params::MAX_CHOICES as i64) as usize;
+    let capacity = b.engine.capacity();
+    if want > capacity {
+        return Err(Error::BadRequest {
+            message: format!(
+                "n = {want} asks for more sequences than this server holds at once \
+                 ({capacity}: --max-running plus --max-waiting)"
+            ),
+            param: Some("n".into()),
+            code: None,
+        });
+    }
     if b.engine.room() < want {
         let retry_after = b.engine.retry_after();
         return Err(Error::Overloaded {

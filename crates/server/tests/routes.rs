@@ -592,6 +592,16 @@ async fn limits_keys_and_overload() {
     let engine = &st.backend().unwrap().engine;
     let mut spec = hasten_engine::RequestSpec::greedy(vec![1, 2, 3], 400);
     spec.ignore_eos = true;
+    // More choices than the engine ever holds: 400 naming `n`, as no
+    // retry would cure it (checked first, even while not full).
+    let r = call(&st, post("/v1/chat/completions", &chat(json!({"n": 2})))).await;
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let v = json_of(r).await;
+    assert_eq!(v["error"]["param"], "n");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("--max-running"));
     let _held = engine.submit(engine.validate(spec).unwrap()).unwrap();
     let r = call(&st, post("/v1/chat/completions", &chat(json!({})))).await;
     assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
