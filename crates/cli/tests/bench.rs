@@ -198,6 +198,22 @@ fn bench_measures_the_real_server_and_writes_its_files() {
         assert_eq!(l["workload"]["output_tokens"], 9);
         assert!(l["largest_gap"]["component"].is_string(), "{l}");
     }
+    // The dimensions above are not checked by name; a named model other
+    // than the run's is warned about (the comparison still prints).
+    assert!(v["warnings"].as_array().unwrap().is_empty(), "{v}");
+    let o = hasten(&[
+        "estimate",
+        "--model",
+        "llama-2-7b",
+        "--compare",
+        out.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.starts_with("warning: the run measured") && err.contains("--model"),
+        "{err}"
+    );
     let o = hasten(&[
         "estimate",
         "--compare",

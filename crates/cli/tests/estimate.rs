@@ -29,6 +29,31 @@ fn estimate_shows_the_work_and_the_json_matches() {
         text.contains("TTFT") && text.contains("sequences that fit"),
         "{text}"
     );
+    // A batch whose KV does not fit is warned about, in the JSON too.
+    let o = hasten(&[
+        "estimate",
+        "--model",
+        "llama-2-7b",
+        "--batch",
+        "500",
+        "--json",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.starts_with("warning: a batch of 500 sequences"),
+        "{err}"
+    );
+    let v = json(&o);
+    assert!(
+        v["warnings"][0].as_str().unwrap().contains("only 165 fit"),
+        "{v}"
+    );
+    let o = hasten(&["estimate", "--model", "llama-2-7b"]);
+    assert!(
+        o.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let o = hasten(&["estimate", "--model", "gpt-5"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(

@@ -311,6 +311,39 @@ pub fn estimate(m: &Model, weights: &DType, kv: &DType, hw: &Hardware, w: &Workl
     }
 }
 
+impl Estimate {
+    /// Why the figures may not hold for workload `w` on `hw`, one sentence
+    /// each: the weights, or the KV of `w.batch` sequences beside them, do
+    /// not fit in the device's memory (the figures assume they do; a server
+    /// would queue or preempt the sequences that do not fit).
+    pub fn warnings(&self, w: &Workload, hw: &Hardware) -> Vec<String> {
+        let gb = |b: f64| format!("{:.2} GB", b / 1e9);
+        let mut out = Vec::new();
+        if self.weight_bytes > hw.memory_gb * 1e9 {
+            out.push(format!(
+                "the weights ({}) do not fit in {}'s {} GB; the figures assume they do",
+                gb(self.weight_bytes),
+                hw.name,
+                hw.memory_gb
+            ));
+        } else if w.batch > self.sequences_fit {
+            out.push(format!(
+                "a batch of {} sequences of {} tokens needs {} of KV cache, but only {} fit beside the \
+                 weights in {}'s {} GB; the figures assume all {} decode together (a server would \
+                 queue or preempt the rest)",
+                w.batch,
+                w.prompt_tokens + w.output_tokens,
+                gb(self.kv_bytes_per_sequence * w.batch as f64),
+                self.sequences_fit,
+                hw.name,
+                hw.memory_gb,
+                w.batch
+            ));
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -422,5 +455,30 @@ mod tests {
             },
         );
         assert!(cached.prefill.seconds() < e.prefill.seconds() / 5.0);
+    }
+
+    #[test]
+    fn a_batch_or_model_that_does_not_fit_is_warned_about() {
+        let (m, f16) = (model("llama-2-7b").unwrap(), dtype("f16").unwrap());
+        let hw = hardware("a100-80gb").unwrap();
+        let w = |batch| Workload {
+            prompt_tokens: 512,
+            output_tokens: 256,
+            batch,
+            cached_tokens: 0,
+            rtt_ms: 0.0,
+        };
+        let e = estimate(&m, &f16, &f16, &hw, &w(1));
+        assert!(e.warnings(&w(1), &hw).is_empty());
+        let fit = e.sequences_fit;
+        assert!(fit > 1);
+        assert!(e.warnings(&w(fit), &hw).is_empty());
+        let big = estimate(&m, &f16, &f16, &hw, &w(fit + 1));
+        let warn = big.warnings(&w(fit + 1), &hw);
+        assert_eq!(warn.len(), 1);
+        assert!(warn[0].contains(&format!("only {fit} fit")), "{warn:?}");
+        let huge = model("llama-3-70b").unwrap();
+        let warn = estimate(&huge, &f16, &f16, &hw, &w(1)).warnings(&w(1), &hw);
+        assert!(warn[0].starts_with("the weights ("), "{warn:?}");
     }
 }

@@ -104,6 +104,42 @@ fn rows(i: &Inputs, s: &Summary, w: &Workload) -> Vec<Row> {
     ]
 }
 
+/// A name reduced to its letters and digits, lowercased, without the
+/// markers `source` adds.
+fn plain(name: &str) -> String {
+    name.replace(" (modified)", "")
+        .replace(" (file)", "")
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .map(|c| c.to_ascii_lowercase())
+        .collect()
+}
+
+/// Why the run may have measured another model than the estimate's (by
+/// name: a served name such as a file stem should contain the model's
+/// name or be contained in it); `None` when they agree or the estimate's
+/// model is given by dimensions only.
+fn other_model(run: &Run, model: &str) -> Option<String> {
+    let ours = plain(model);
+    if ours.is_empty() || ours == "custom" {
+        return None;
+    }
+    match run.model.as_deref() {
+        None => Some(format!(
+            "the run does not name its model, so it cannot be checked against {model}"
+        )),
+        Some(theirs) => {
+            let t = plain(theirs);
+            (!t.contains(&ours) && !ours.contains(&t)).then(|| {
+                format!(
+                    "the run measured {theirs:?} but the estimate is for {model:?}; \
+                     pass --model with the served model's file (or a preset of it)"
+                )
+            })
+        }
+    }
+}
+
 /// The breakdown component whose measurement is furthest from its prediction.
 fn largest_gap(rows: &[Row]) -> Option<(&'static str, f64)> {
     rows.iter()
@@ -113,12 +149,21 @@ fn largest_gap(rows: &[Row]) -> Option<(&'static str, f64)> {
 }
 
 pub fn print(i: &Inputs, run: &Run, rtt_ms: f64, json: bool) -> Result<()> {
+    let mut warnings: Vec<String> = other_model(run, &i.model.name).into_iter().collect();
     let mut levels = Vec::new();
     for l in &run.levels {
         let w = workload(&l.summary, rtt_ms)?;
         let r = rows(i, &l.summary, &w);
+        let e = estimate(&i.model, &i.weights, &i.kv, &i.hardware, &w);
+        let at = format!("level {}: ", l.summary.label);
+        warnings.extend(
+            e.warnings(&w, &i.hardware)
+                .into_iter()
+                .map(|x| at.clone() + &x),
+        );
         levels.push((l.summary.label.clone(), w, r));
     }
+    super::table::warn("", &warnings);
     if json {
         let v: Vec<_> = levels
             .iter()
@@ -128,7 +173,7 @@ pub fn print(i: &Inputs, run: &Run, rtt_ms: f64, json: bool) -> Result<()> {
             })
             .collect();
         let v = serde_json::json!({"run": run.url, "model": i.model, "weights": i.weights,
-            "hardware": i.hardware, "measured": i.measured, "levels": v});
+            "hardware": i.hardware, "measured": i.measured, "levels": v, "warnings": warnings});
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
@@ -184,4 +229,42 @@ pub fn print(i: &Inputs, run: &Run, rtt_ms: f64, json: bool) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(model: Option<&str>) -> Run {
+        Run {
+            schema: hasten_bench::report::SCHEMA.into(),
+            url: "http://127.0.0.1:8080".into(),
+            model: model.map(str::to_owned),
+            endpoint: "chat".into(),
+            workload: String::new(),
+            started_unix: 0,
+            ignore_eos: false,
+            continuous_usage: false,
+            levels: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_run_of_another_model_is_named() {
+        let r = run(Some("TinyLlama-1.1B-Chat-v1.0.Q4_0"));
+        assert_eq!(other_model(&r, "TinyLlama 1.1B Chat v1.0 (file)"), None);
+        assert_eq!(other_model(&r, "custom"), None);
+        let w = other_model(&r, "llama-2-7b").unwrap();
+        assert!(
+            w.contains("TinyLlama-1.1B-Chat-v1.0.Q4_0") && w.contains("--model"),
+            "{w}"
+        );
+        assert!(other_model(&run(None), "llama-2-7b")
+            .unwrap()
+            .contains("does not name its model"));
+        assert_eq!(
+            other_model(&run(Some("Llama-2-7b-chat-hf")), "llama-2-7b"),
+            None
+        );
+    }
 }

@@ -39,11 +39,21 @@ pub(super) fn header(i: &Inputs) {
     }
 }
 
+/// Prints each of `warnings` to stderr as `warning: <what>`, after `at`.
+pub(super) fn warn(at: &str, warnings: &[String]) {
+    for w in warnings {
+        eprintln!("warning: {at}{w}");
+    }
+}
+
 pub fn print(i: &Inputs, load: &Workload, json: bool) -> Result<()> {
     let e = estimate(&i.model, &i.weights, &i.kv, &i.hardware, load);
+    let warnings = e.warnings(load, &i.hardware);
+    warn("", &warnings);
     if json {
         let v = serde_json::json!({"model": i.model, "weights": i.weights, "kv": i.kv,
-            "hardware": i.hardware, "measured": i.measured, "workload": load, "estimate": e});
+            "hardware": i.hardware, "measured": i.measured, "workload": load, "estimate": e,
+            "warnings": warnings});
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
@@ -254,12 +264,18 @@ pub fn sweep(i: &Inputs, base: &Workload, s: &Sweep, json: bool) -> Result<()> {
     let mut rows = Vec::new();
     for &v in &s.values {
         let w = s.apply(base, v)?;
-        rows.push((w, estimate(&i.model, &i.weights, &i.kv, &i.hardware, &w)));
+        let e = estimate(&i.model, &i.weights, &i.kv, &i.hardware, &w);
+        let at = format!("{}={v}: ", format!("{:?}", s.axis).to_lowercase());
+        warn(&at, &e.warnings(&w, &i.hardware));
+        rows.push((w, e));
     }
     if json {
         let v: Vec<_> = rows
             .iter()
-            .map(|(w, e)| serde_json::json!({"workload": w, "estimate": e}))
+            .map(|(w, e)| {
+                serde_json::json!({"workload": w, "estimate": e,
+                "warnings": e.warnings(w, &i.hardware)})
+            })
             .collect();
         let v = serde_json::json!({"model": i.model, "weights": i.weights, "kv": i.kv,
             "hardware": i.hardware, "measured": i.measured, "sweep": format!("{:?}", s.axis).to_lowercase(), "points": v});
