@@ -14,6 +14,13 @@ mod tokenize;
 
 use clap::{Parser, Subcommand};
 
+/// jemalloc with background threads hands freed pages back to the system
+/// (about 10 s after a burst; `_RJEM_MALLOC_CONF=dirty_decay_ms:N` tunes
+/// it), where glibc's allocator kept what a burst of large prompts took and
+/// mimalloc kept more (BENCHMARKS.md, "Memory after a burst").
+#[global_allocator]
+static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Parser)]
 #[command(
     name = "hasten",

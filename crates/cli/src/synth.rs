@@ -27,6 +27,9 @@ pub struct Args {
     /// Tie the output matrix to the token embeddings.
     #[arg(long)]
     tied: bool,
+    /// Context length the model declares (default: the shape's).
+    #[arg(long)]
+    context: Option<usize>,
     /// Seed of the random weights (the same seed writes the same file).
     #[arg(long, default_value_t = 42)]
     seed: u64,
@@ -49,6 +52,10 @@ pub fn main(a: Args) -> Result<()> {
     fx.qwen2 = a.qwen2;
     fx.tied = a.tied;
     fx.seed = a.seed;
+    if let Some(c) = a.context {
+        anyhow::ensure!(c >= 1, "--context must be at least 1");
+        fx.context_length = c;
+    }
     if a.safetensors {
         fx.write_safetensors(&a.output)?;
     } else {

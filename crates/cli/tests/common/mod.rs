@@ -155,6 +155,21 @@ impl Serve {
         format!("{}://{}", self.scheme, self.addr)
     }
 
+    /// A `/proc/PID/status` field of the server in KiB (`VmRSS:`, `VmHWM:`).
+    pub fn status_kib(&self, field: &str) -> u64 {
+        let s = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        s.lines()
+            .find_map(|l| {
+                l.strip_prefix(field)?
+                    .trim()
+                    .strip_suffix("kB")?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or_else(|| panic!("no {field} in /proc/PID/status"))
+    }
+
     /// Sends `signal` (as `kill -SIGNAL` names it) to the server.
     pub fn signal(&self, signal: &str) {
         let ok = Command::new("kill")
