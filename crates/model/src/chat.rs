@@ -95,12 +95,19 @@ fn describe(e: &minijinja::Error) -> String {
     e.to_string()
 }
 
+/// Template instructions one render may run: far above what any chat
+/// template needs for the largest conversation a request body can hold
+/// (tens per message), and about a second of CPU, so a template that loops
+/// without end, or for ever on some input, stops with an error.
+pub const RENDER_FUEL: u64 = 50_000_000;
+
 impl ChatTemplate {
     /// Compiles `source`; syntax errors are reported here, not at render time.
     pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<Self> {
         let mut env = Environment::new();
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
+        env.set_fuel(Some(RENDER_FUEL));
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
@@ -127,6 +134,9 @@ impl ChatTemplate {
             eos_token => self.eos_token,
         };
         tmpl.render(ctx).map_err(|e| match e.kind() {
+            ErrorKind::OutOfFuel => Error::Template(format!(
+                "the chat template ran more than {RENDER_FUEL} instructions; stopped"
+            )),
             ErrorKind::InvalidOperation => {
                 Error::Template(e.detail().unwrap_or("template raised an error").to_owned())
             }
@@ -170,6 +180,22 @@ mod tests {
         add_generation_prompt: bool,
         expected: Option<String>,
         error: Option<String>,
+    }
+
+    #[test]
+    fn a_template_that_loops_too_long_is_stopped() {
+        let spin =
+            "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}";
+        let t = ChatTemplate::new(spin, "", "").unwrap();
+        let t0 = std::time::Instant::now();
+        let e = t.render(&[Message::new("user", "hi")], true).unwrap_err();
+        assert!(e.to_string().contains("instructions; stopped"), "{e}");
+        eprintln!("stopped after {:?}", t0.elapsed());
+        // A long but ordinary conversation renders well within the budget.
+        let chatml = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}";
+        let t = ChatTemplate::new(chatml, "", "").unwrap();
+        let msgs = vec![Message::new("user", "x"); 200_000];
+        assert!(t.render(&msgs, false).is_ok());
     }
 
     #[test]
