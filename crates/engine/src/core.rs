@@ -56,6 +56,8 @@ pub struct Seq {
     preemptions: u32,
     /// The output ended at a stop string (its text is not shown).
     stop_string_seen: bool,
+    /// Token events held for a `deliver_at_end` request.
+    held: Vec<Event>,
 }
 
 impl Seq {
@@ -81,6 +83,7 @@ impl Seq {
             last_token: None,
             preemptions: 0,
             stop_string_seen: false,
+            held: Vec::new(),
         }
     }
 
@@ -498,6 +501,9 @@ impl Core {
             m.e2e
                 .observe_duration(now.saturating_duration_since(seq.received));
         }
+        for ev in seq.held.drain(..) {
+            let _ = seq.tx.send(ev);
+        }
         let _ = seq.tx.send(Event::Finished(fin));
         // Dropping `seq` returns its blocks (published ones stay cached).
     }
@@ -629,13 +635,18 @@ fn emit_token(
         logprob: raw[t as usize] - lse,
         top,
     });
-    let _ = s.tx.send(Event::Token(TokenEvent {
+    let ev = Event::Token(TokenEvent {
         id: t,
         text: shown.text,
         index: s.generated - 1,
         at: now,
         logprobs,
-    }));
+    });
+    if spec.deliver_at_end {
+        s.held.push(ev);
+    } else {
+        let _ = s.tx.send(ev);
+    }
     if shown.stopped {
         Some(FinishReason::Stop)
     } else if s.generated >= spec.max_tokens {

@@ -30,6 +30,10 @@ pub struct RequestSpec {
     pub deadline: Option<Instant>,
     /// Log-probabilities of each sampled token and of this many alternatives.
     pub logprobs: Option<usize>,
+    /// Hold the token events until the request ends and send them with
+    /// its `Finished` (for a caller that reads the answer whole: no wake-up
+    /// per token). Cancellation still works: it watches the receiver.
+    pub deliver_at_end: bool,
 }
 
 impl RequestSpec {
@@ -44,6 +48,7 @@ impl RequestSpec {
             ignore_eos: false,
             deadline: None,
             logprobs: None,
+            deliver_at_end: false,
         }
     }
 }

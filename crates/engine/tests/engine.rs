@@ -132,6 +132,35 @@ fn alone(s: &RequestSpec) -> Vec<u32> {
     collect(&mut rx).0
 }
 
+#[test]
+fn a_request_read_whole_gets_its_tokens_with_its_end() {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+    let p = prompt(&mut rng, 30);
+    let mut d = Driver::new(cfg(4096));
+    let mut streamed = d.submit(spec(p.clone(), 12));
+    let mut whole = d.submit(RequestSpec {
+        deliver_at_end: true,
+        ..spec(p, 12)
+    });
+    let mut steps = 0;
+    while !d.core.is_idle() {
+        d.core.step();
+        steps += 1;
+        // Nothing but prefill progress arrives before the end.
+        if !d.core.is_idle() {
+            while let Ok(ev) = whole.try_recv() {
+                assert!(matches!(ev, Event::Prefill { .. }), "{ev:?}");
+            }
+        }
+    }
+    assert!(steps >= 12, "{steps}");
+    let (a, fa) = collect(&mut streamed);
+    let (b, fb) = collect(&mut whole);
+    assert_eq!(a, b);
+    assert_eq!(fb.output_tokens, 12);
+    assert_eq!((fa.text, fa.output_tokens), (fb.text, fb.output_tokens));
+}
+
 /// Requests of mixed lengths arriving at random steps.
 fn workload(seed: u64, n: usize) -> Vec<(usize, RequestSpec)> {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);

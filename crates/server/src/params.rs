@@ -392,6 +392,8 @@ fn plan(
                 ignore_eos: s.ignore_eos.unwrap_or(false),
                 deadline: None,
                 logprobs,
+                // A unary answer is read whole: no wake-up per token.
+                deliver_at_end: !stream,
             });
         }
     }
