@@ -1,8 +1,9 @@
 //! `hasten synth`: write a model of a real architecture's shape with seeded
 //! random weights, so benchmarks and tests need no download.
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use hasten_kernels::GgmlType;
+use hasten_model::config::Arch;
 use hasten_model::gguf::GgufFile;
 use hasten_model::testing::Fixture;
 use std::path::PathBuf;
@@ -21,9 +22,16 @@ pub struct Args {
     /// Weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k.
     #[arg(long = "type", default_value = "q8_0")]
     ty: String,
-    /// Qwen2 architecture (QKV biases, NeoX RoPE) instead of Llama.
-    #[arg(long)]
+    /// Architecture: llama, qwen2 (QKV biases, NeoX RoPE) or qwen3 (Q/K
+    /// norms, NeoX RoPE; the tiny shape gets Qwen3's 128-wide heads).
+    #[arg(long, default_value = "llama")]
+    arch: String,
+    /// Same as --arch qwen2.
+    #[arg(long, conflicts_with = "arch")]
     qwen2: bool,
+    /// Width of each attention head (default: the shape's).
+    #[arg(long)]
+    head_dim: Option<usize>,
     /// Tie the output matrix to the token embeddings.
     #[arg(long)]
     tied: bool,
@@ -47,9 +55,25 @@ pub struct Args {
 
 pub fn main(a: Args) -> Result<()> {
     let ty = GgmlType::from_name(&a.ty).ok_or_else(|| anyhow!("unknown type {:?}", a.ty))?;
-    let mut fx = Fixture::shape(&a.shape, ty)
-        .ok_or_else(|| anyhow!("unknown shape {:?} (tiny, 135m, 1b)", a.shape))?;
-    fx.qwen2 = a.qwen2;
+    let arch = match (a.qwen2, a.arch.as_str()) {
+        (true, _) | (_, "qwen2") => Arch::Qwen2,
+        (_, "llama") => Arch::Llama,
+        (_, "qwen3") => Arch::Qwen3,
+        (_, other) => bail!("unknown --arch {other:?} (llama, qwen2, qwen3)"),
+    };
+    let mut fx = match (arch, a.shape.as_str()) {
+        (Arch::Qwen3, "tiny") => Fixture::tiny_qwen3(ty),
+        _ => Fixture::shape(&a.shape, ty)
+            .ok_or_else(|| anyhow!("unknown shape {:?} (tiny, 135m, 1b)", a.shape))?,
+    };
+    fx.arch = arch;
+    if let Some(hd) = a.head_dim {
+        anyhow::ensure!(
+            hd >= 2 && hd % 2 == 0,
+            "--head-dim must be even and at least 2"
+        );
+        fx.head_dim = hd;
+    }
     fx.tied = a.tied;
     fx.seed = a.seed;
     if let Some(c) = a.context {

@@ -73,6 +73,39 @@ fn chat_mode_and_greedy_run() {
 }
 
 #[test]
+fn synth_writes_each_architecture_and_run_loads_it() {
+    let dir = tempfile::tempdir().unwrap();
+    for arch in ["llama", "qwen2", "qwen3"] {
+        let path = dir.path().join(format!("{arch}.gguf"));
+        let p = path.to_str().unwrap();
+        let o = hasten(&["synth", "--arch", arch, "-o", p]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let o = hasten(&[
+            "run",
+            "--model",
+            p,
+            "-p",
+            "Hi",
+            "-n",
+            "3",
+            "--temperature",
+            "0",
+        ]);
+        assert!(
+            o.status.success() && !o.stdout.is_empty(),
+            "{arch}: {}",
+            stderr(&o)
+        );
+    }
+    let o = hasten(&["synth", "--arch", "gemma", "-o", "/tmp/never.gguf"]);
+    assert!(
+        stderr(&o).contains("unknown --arch \"gemma\""),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
 fn tokenize_matches_llama_cpp_vectors() {
     let vocab = testdata().join("tokenizer/ggml-vocab-llama-spm.gguf");
     let o = hasten(&[

@@ -13,6 +13,9 @@ pub enum Arch {
     Llama,
     /// Qwen2 / Qwen2.5: Llama with biases on Q, K and V.
     Qwen2,
+    /// Qwen3 (dense): no biases, an RMSNorm over each head of Q and K
+    /// before RoPE, heads often wider than `dim / n_heads`.
+    Qwen3,
 }
 
 impl Arch {
@@ -20,6 +23,7 @@ impl Arch {
         match self {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
+            Arch::Qwen3 => "qwen3",
         }
     }
 }
@@ -44,6 +48,8 @@ pub struct Config {
     /// Llama 3 frequency factors (one per rotated pair), if any.
     pub rope_freq_factors: Option<Vec<f32>>,
     pub qkv_bias: bool,
+    /// RMSNorm over each head of Q and K (weights of `head_dim`) before RoPE.
+    pub qk_norm: bool,
 }
 
 impl Config {
@@ -115,6 +121,7 @@ impl Config {
         let arch = match arch_name {
             "llama" | "mistral" => Arch::Llama,
             "qwen2" => Arch::Qwen2,
+            "qwen3" => Arch::Qwen3,
             other => {
                 return Err(Error::UnknownArchitecture {
                     file: file.to_owned(),
@@ -158,11 +165,12 @@ impl Config {
             rope_base: opt_f32(h, file, &k("rope.freq_base"))?.unwrap_or(10000.0),
             rope_style: match arch {
                 Arch::Llama => RopeStyle::Normal,
-                Arch::Qwen2 => RopeStyle::Neox,
+                Arch::Qwen2 | Arch::Qwen3 => RopeStyle::Neox,
             },
             rope_freq_scale,
             rope_freq_factors: None,
             qkv_bias: arch == Arch::Qwen2,
+            qk_norm: arch == Arch::Qwen3,
         }
         .validate(file)
     }
@@ -182,6 +190,7 @@ impl Config {
         let arch = match arch_name.as_str() {
             "LlamaForCausalLM" | "MistralForCausalLM" | "llama" | "mistral" => Arch::Llama,
             "Qwen2ForCausalLM" | "qwen2" => Arch::Qwen2,
+            "Qwen3ForCausalLM" | "qwen3" => Arch::Qwen3,
             other => {
                 return Err(Error::UnknownArchitecture {
                     file: file.to_owned(),
@@ -227,6 +236,7 @@ impl Config {
             rope_freq_scale: freq_scale,
             rope_freq_factors: factors,
             qkv_bias: arch == Arch::Qwen2 || c.attention_bias.unwrap_or(false),
+            qk_norm: arch == Arch::Qwen3,
         }
         .validate(file)
     }

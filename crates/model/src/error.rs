@@ -44,7 +44,9 @@ pub enum Error {
         got: Vec<usize>,
         want: Vec<usize>,
     },
-    #[error("{file}: architecture {arch:?} is not supported (llama, qwen2 and mistral are)")]
+    #[error(
+        "{file}: architecture {arch:?} is not supported (llama, mistral, qwen2 and qwen3 are)"
+    )]
     UnknownArchitecture { file: String, arch: String },
     #[error("{file}: invalid model configuration: {what}")]
     Config { file: String, what: String },

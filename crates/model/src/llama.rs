@@ -9,6 +9,7 @@
 //! x = embed[tokens]                                    (T, dim)
 //! for each layer:
 //!     h = rmsnorm(x) ; q,k,v = h·Wq, h·Wk, h·Wv (+bias)  (T, q_dim), (T, kv_dim)
+//!     (qwen3: rmsnorm over each head of q and k)
 //!     rope(q, k) at each token's position; store k, v in the paged cache
 //!     a = attention(q, cache[0..=pos]) ; x += a·Wo         (T, dim)
 //!     h = rmsnorm(x) ; x += (silu(h·Wg) * h·Wu)·Wd         (T, ffn) -> (T, dim)
@@ -55,6 +56,8 @@ impl Naming {
             "q_bias" => "self_attn.q_proj.bias",
             "k_bias" => "self_attn.k_proj.bias",
             "v_bias" => "self_attn.v_proj.bias",
+            "q_norm" => "self_attn.q_norm.weight",
+            "k_norm" => "self_attn.k_norm.weight",
             "o" => "self_attn.o_proj.weight",
             "ffn_norm" => "post_attention_layernorm.weight",
             "gate" => "mlp.gate_proj.weight",
@@ -70,6 +73,8 @@ impl Naming {
             "q_bias" => "attn_q.bias",
             "k_bias" => "attn_k.bias",
             "v_bias" => "attn_v.bias",
+            "q_norm" => "attn_q_norm.weight",
+            "k_norm" => "attn_k_norm.weight",
             "o" => "attn_output.weight",
             "ffn_norm" => "ffn_norm.weight",
             "gate" => "ffn_gate.weight",
@@ -91,6 +96,8 @@ struct Layer {
     wk: Tensor,
     wv: Tensor,
     bias: Option<[Vec<f32>; 3]>,
+    /// Per-head RMSNorm weights of Q and K (`head_dim` each).
+    qk_norm: Option<[Vec<f32>; 2]>,
     wo: Tensor,
     ffn_norm: Vec<f32>,
     w_gate: Tensor,
@@ -141,6 +148,15 @@ fn norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32], dim: usize, thread
             rms_norm(i, w, eps, o);
         }
     });
+}
+
+/// RMSNorm of every `hd`-wide head of the rows of `x`, in place.
+fn norm_heads(x: &mut [f32], w: &[f32], eps: f32, hd: usize) {
+    let mut tmp = vec![0.0; hd];
+    for head in x.chunks_exact_mut(hd) {
+        tmp.copy_from_slice(head);
+        rms_norm(&tmp, w, eps, head);
+    }
 }
 
 thread_local! {
@@ -243,7 +259,16 @@ impl Model {
             } else {
                 None
             };
+            let qk_norm = if c.qk_norm {
+                Some([
+                    vec_f32(&l("q_norm"), c.head_dim)?,
+                    vec_f32(&l("k_norm"), c.head_dim)?,
+                ])
+            } else {
+                None
+            };
             layers.push(Layer {
+                qk_norm,
                 attn_norm: vec_f32(&l("attn_norm"), dim)?,
                 wq: src.get_shaped(&l("q"), &[dim, qd])?,
                 wk: src.get_shaped(&l("k"), &[dim, kvd])?,
@@ -401,6 +426,10 @@ impl Model {
                 q.chunks_exact_mut(qd).for_each(|r| add_assign(r, bq));
                 k.chunks_exact_mut(kvd).for_each(|r| add_assign(r, bk));
                 v.chunks_exact_mut(kvd).for_each(|r| add_assign(r, bv));
+            }
+            if let Some([nq, nk]) = &layer.qk_norm {
+                norm_heads(q, nq, c.norm_eps, hd);
+                norm_heads(k, nk, c.norm_eps, hd);
             }
             for (j, &(seq, pos)) in s.tok.iter().enumerate() {
                 self.rope.apply(&mut q[j * qd..(j + 1) * qd], hd, pos);

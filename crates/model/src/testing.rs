@@ -1,11 +1,12 @@
 //! Seeded synthetic models for tests, goldens and benchmarks.
 //!
-//! A [`Fixture`] describes a Llama or Qwen2 shape; its weights are drawn
+//! A [`Fixture`] describes a Llama, Qwen2 or Qwen3 shape; its weights are drawn
 //! from a ChaCha RNG in Hugging Face layout, then written either as GGUF
 //! (llama.cpp names, Q/K rows permuted for `llama` as llama.cpp's converter
 //! does, quantized to the chosen type) or as safetensors + `config.json`.
 //! The same seed gives the same model in both formats, bit for bit.
 
+use crate::config::Arch;
 use crate::gguf::{GgufFile, GgufWriter, Value};
 use crate::{Error, Result};
 use hasten_kernels::quant::quantize_row;
@@ -18,12 +19,15 @@ use std::path::Path;
 /// The shape and encoding of a synthetic model.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Fixture {
-    pub qwen2: bool,
+    pub arch: Arch,
     pub ty: GgmlType,
     pub dim: usize,
     pub n_layers: usize,
     pub n_heads: usize,
     pub n_kv_heads: usize,
+    /// Per-head width of Q, K and V (Qwen3 and Gemma use one wider than
+    /// `dim / n_heads`).
+    pub head_dim: usize,
     pub ffn_dim: usize,
     pub vocab_size: usize,
     pub context_length: usize,
@@ -43,12 +47,13 @@ impl Fixture {
     /// A tiny Llama (2 layers, dim 256) over the 32000-token llama-spm vocabulary.
     pub fn tiny(ty: GgmlType) -> Self {
         Fixture {
-            qwen2: false,
+            arch: Arch::Llama,
             ty,
             dim: 256,
             n_layers: 2,
             n_heads: 4,
             n_kv_heads: 2,
+            head_dim: 64,
             ffn_dim: 512,
             vocab_size: 32000,
             context_length: 512,
@@ -73,6 +78,7 @@ impl Fixture {
             n_layers,
             n_heads,
             n_kv_heads,
+            head_dim: dim / n_heads,
             ffn_dim,
             context_length: 2048,
             tied: false,
@@ -83,14 +89,26 @@ impl Fixture {
         })
     }
 
-    fn head_dim(&self) -> usize {
-        self.dim / self.n_heads
+    /// The tiny shape as a Qwen3 model: Q/K norms, and heads of 128 wider
+    /// than `dim / n_heads` (as Qwen3-0.6B's 16 × 128 over a width of 1024).
+    pub fn tiny_qwen3(ty: GgmlType) -> Self {
+        Fixture {
+            arch: Arch::Qwen3,
+            head_dim: 128,
+            ..Self::tiny(ty)
+        }
     }
 
     /// Weights in Hugging Face naming and layout: (name, row-major shape, values).
     pub fn hf_weights(&self) -> Vec<(String, Vec<usize>, Vec<f32>)> {
         let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
-        let (d, f, kvd) = (self.dim, self.ffn_dim, self.n_kv_heads * self.head_dim());
+        let hd = self.head_dim;
+        let (d, f, qd, kvd) = (
+            self.dim,
+            self.ffn_dim,
+            self.n_heads * hd,
+            self.n_kv_heads * hd,
+        );
         let mut out = Vec::new();
         let mat = |out: &mut Vec<_>,
                    name: String,
@@ -138,7 +156,7 @@ impl Fixture {
             mat(
                 &mut out,
                 format!("{p}.self_attn.q_proj.weight"),
-                d,
+                qd,
                 d,
                 w,
                 &mut rng,
@@ -163,8 +181,8 @@ impl Fixture {
                 &mut out,
                 format!("{p}.self_attn.o_proj.weight"),
                 d,
-                d,
-                w * ls,
+                qd,
+                w * ls / (qd as f32 / d as f32).sqrt(),
                 &mut rng,
             );
             mat(
@@ -191,12 +209,12 @@ impl Fixture {
                 ls / (f as f32).sqrt(),
                 &mut rng,
             );
-            if self.qwen2 {
+            if self.arch == Arch::Qwen2 {
                 mat(
                     &mut out,
                     format!("{p}.self_attn.q_proj.bias"),
                     1,
-                    d,
+                    qd,
                     0.1,
                     &mut rng,
                 );
@@ -216,6 +234,12 @@ impl Fixture {
                     0.1,
                     &mut rng,
                 );
+            }
+            if self.arch == Arch::Qwen3 {
+                for norm in ["q_norm", "k_norm"] {
+                    let v: Vec<f32> = (0..hd).map(|_| 1.0 + 0.1 * gaussian(&mut rng)).collect();
+                    out.push((format!("{p}.self_attn.{norm}.weight"), vec![hd], v));
+                }
             }
             for norm in ["input_layernorm", "post_attention_layernorm"] {
                 let v: Vec<f32> = (0..d).map(|_| 1.0 + 0.1 * gaussian(&mut rng)).collect();
@@ -237,7 +261,7 @@ impl Fixture {
     }
 
     fn config_keys(&self, w: &mut GgufWriter) {
-        let a = if self.qwen2 { "qwen2" } else { "llama" };
+        let a = self.arch.name();
         let u = |v: usize| Value::U32(v as u32);
         w.kv("general.architecture", Value::String(a.into()))
             .kv(
@@ -255,8 +279,12 @@ impl Fixture {
                 Value::F32(1e-5),
             )
             .kv(&format!("{a}.rope.freq_base"), Value::F32(10000.0))
-            .kv(&format!("{a}.rope.dimension_count"), u(self.head_dim()))
+            .kv(&format!("{a}.rope.dimension_count"), u(self.head_dim))
             .kv(&format!("{a}.vocab_size"), u(self.vocab_size));
+        if self.head_dim * self.n_heads != self.dim {
+            w.kv(&format!("{a}.attention.key_length"), u(self.head_dim))
+                .kv(&format!("{a}.attention.value_length"), u(self.head_dim));
+        }
     }
 
     /// Writes the model as GGUF, with the `tokenizer.*` metadata of `vocab`
@@ -275,14 +303,16 @@ impl Fixture {
                 w.kv(k, val.clone());
             }
         }
-        let hd = self.head_dim();
+        let hd = self.head_dim;
+        // llama.cpp permutes Q/K rows for its interleaved RoPE (`llama` only).
+        let permute = self.arch == Arch::Llama;
         for (name, shape, data) in self.hf_weights() {
             let gname = gguf_name(&name);
             let data = match name.rsplit('.').nth(1) {
-                Some("q_proj") if !self.qwen2 && name.ends_with("weight") => {
+                Some("q_proj") if permute && name.ends_with("weight") => {
                     permute_rows(&data, shape[0] / hd, hd, shape[1])
                 }
-                Some("k_proj") if !self.qwen2 && name.ends_with("weight") => {
+                Some("k_proj") if permute && name.ends_with("weight") => {
                     permute_rows(&data, shape[0] / hd, hd, shape[1])
                 }
                 _ => data,
@@ -314,15 +344,16 @@ impl Fixture {
             err,
         };
         std::fs::create_dir_all(dir).map_err(io)?;
-        let arch = if self.qwen2 {
-            "Qwen2ForCausalLM"
-        } else {
-            "LlamaForCausalLM"
+        let arch = match self.arch {
+            Arch::Llama => "LlamaForCausalLM",
+            Arch::Qwen2 => "Qwen2ForCausalLM",
+            Arch::Qwen3 => "Qwen3ForCausalLM",
         };
         let config = serde_json::json!({
             "architectures": [arch], "vocab_size": self.vocab_size, "hidden_size": self.dim,
             "intermediate_size": self.ffn_dim, "num_hidden_layers": self.n_layers,
             "num_attention_heads": self.n_heads, "num_key_value_heads": self.n_kv_heads,
+            "head_dim": self.head_dim,
             "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "max_position_embeddings": self.context_length,
             "tie_word_embeddings": self.tied, "bos_token_id": 1, "eos_token_id": 2,
         });
@@ -415,6 +446,8 @@ pub fn gguf_name(hf: &str) -> String {
         "self_attn.k_proj.bias" => "attn_k.bias",
         "self_attn.v_proj.bias" => "attn_v.bias",
         "self_attn.o_proj.weight" => "attn_output.weight",
+        "self_attn.q_norm.weight" => "attn_q_norm.weight",
+        "self_attn.k_norm.weight" => "attn_k_norm.weight",
         "mlp.gate_proj.weight" => "ffn_gate.weight",
         "mlp.up_proj.weight" => "ffn_up.weight",
         "mlp.down_proj.weight" => "ffn_down.weight",

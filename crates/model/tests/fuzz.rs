@@ -127,6 +127,7 @@ fn regenerate_corpus() {
         n_layers: 1,
         n_heads: 2,
         n_kv_heads: 1,
+        head_dim: 16,
         ffn_dim: 64,
         vocab_size: 64,
         context_length: 64,

@@ -2,12 +2,14 @@
 //! per-type tolerance and identical greedy tokens up to the first step where
 //! the reference's own top-two margin is within that tolerance (beyond it two
 //! correct implementations may legitimately diverge).
-//! Goldens: tools/goldens/model_goldens.py.
+//! Goldens: tools/goldens/model_goldens.py (llama-cpp-python: logits) and
+//! tools/goldens/server_goldens.py (llama-server: log-probabilities, for
+//! architectures added since, such as qwen3).
 
 use super::vocab;
 use hasten_kernels::threads::Threads;
 use hasten_kernels::GgmlType;
-use hasten_model::config::Config;
+use hasten_model::config::{Arch, Config};
 use hasten_model::gguf::GgufFile;
 use hasten_model::llama::{Model, Naming};
 use hasten_model::sampler::argmax;
@@ -17,6 +19,19 @@ use hasten_model::tokenizer::Tokenizer;
 use serde_json::Value;
 
 const GOLDEN: &str = include_str!("../golden/llama_cpp.json");
+const SERVER_GOLDEN: &str = include_str!("../golden/llama_server.json");
+
+/// Log-softmax of `logits` (what llama-server reports as `logprob`).
+fn log_softmax(logits: &[f32]) -> Vec<f32> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let lse = max
+        + logits
+            .iter()
+            .map(|&x| ((x - max) as f64).exp())
+            .sum::<f64>()
+            .ln() as f32;
+    logits.iter().map(|&x| x - lse).collect()
+}
 
 /// Largest |hasten - llama.cpp| allowed on a logit, per weight type. llama.cpp
 /// quantizes activations (to f16 for F16 weights, to 8-bit blocks for the
@@ -34,7 +49,8 @@ struct Outcome {
     max_diff: f32,
 }
 
-fn check_prompt(m: &Model, prompt: &Value, tol: f32) -> Result<Outcome, String> {
+/// `logprobs`: the golden holds log-probabilities, not logits.
+fn check_prompt(m: &Model, prompt: &Value, tol: f32, logprobs: bool) -> Result<Outcome, String> {
     let tokens: Vec<u32> = prompt["tokens"]
         .as_array()
         .unwrap()
@@ -49,6 +65,9 @@ fn check_prompt(m: &Model, prompt: &Value, tol: f32) -> Result<Outcome, String> 
         max_diff: 0.0,
     };
     for (i, step) in steps.iter().enumerate() {
+        if logprobs {
+            logits = log_softmax(&logits);
+        }
         let top: Vec<(u32, f32)> = step["top"]
             .as_array()
             .unwrap()
@@ -82,7 +101,17 @@ fn check_prompt(m: &Model, prompt: &Value, tol: f32) -> Result<Outcome, String> 
 
 #[test]
 fn logits_and_greedy_tokens_match_llama_cpp() {
-    let golden: Value = serde_json::from_str(GOLDEN).unwrap();
+    check_golden(GOLDEN);
+}
+
+#[test]
+fn qwen3_log_probabilities_and_greedy_tokens_match_llama_server() {
+    check_golden(SERVER_GOLDEN);
+}
+
+fn check_golden(text: &str) {
+    let golden: Value = serde_json::from_str(text).unwrap();
+    let logprobs = golden["values"] == "logprobs";
     let dir = tempfile::tempdir().unwrap();
     let mut failures = Vec::new();
     let mut report = Vec::new();
@@ -95,9 +124,17 @@ fn logits_and_greedy_tokens_match_llama_cpp() {
             .map(|a| a.as_str().unwrap())
             .collect();
         let ty = GgmlType::from_name(args[1]).unwrap();
-        let fixture = Fixture {
-            qwen2: args.contains(&"--qwen2"),
-            ..Fixture::tiny(ty)
+        let fixture = match args
+            .iter()
+            .position(|a| *a == "--arch")
+            .map(|i| args[i + 1])
+        {
+            Some("qwen3") => Fixture::tiny_qwen3(ty),
+            _ if args.contains(&"--qwen2") => Fixture {
+                arch: Arch::Qwen2,
+                ..Fixture::tiny(ty)
+            },
+            _ => Fixture::tiny(ty),
         };
         let path = dir.path().join(format!("{name}.gguf"));
         fixture.write_gguf(&vocab(), &path).unwrap();
@@ -119,7 +156,7 @@ fn logits_and_greedy_tokens_match_llama_cpp() {
                     "{name} {text:?}: tokenization differs from llama.cpp's"
                 ));
             }
-            match check_prompt(&m, p, tolerance(ty)) {
+            match check_prompt(&m, p, tolerance(ty), logprobs) {
                 Ok(o) => {
                     compared += o.compared_steps;
                     report.push(format!(

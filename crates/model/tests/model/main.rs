@@ -3,7 +3,7 @@
 
 use hasten_kernels::threads::Threads;
 use hasten_kernels::GgmlType;
-use hasten_model::config::Config;
+use hasten_model::config::{Arch, Config};
 use hasten_model::gguf::GgufFile;
 use hasten_model::kv::KvCache;
 use hasten_model::llama::{Model, Naming, Scratch, SeqBatch};
@@ -20,11 +20,15 @@ pub(crate) fn vocab() -> PathBuf {
     testdata().join("tokenizer/ggml-vocab-llama-spm.gguf")
 }
 
-fn small(ty: GgmlType, qwen2: bool) -> Fixture {
+fn small(ty: GgmlType, arch: Arch) -> Fixture {
+    let base = match arch {
+        Arch::Qwen3 => Fixture::tiny_qwen3(ty),
+        _ => Fixture::tiny(ty),
+    };
     Fixture {
-        qwen2,
+        arch,
         vocab_size: 32000,
-        ..Fixture::tiny(ty)
+        ..base
     }
 }
 
@@ -48,8 +52,8 @@ const PROMPT: [u32; 9] = [1, 15043, 3186, 29892, 920, 526, 366, 29973, 13];
 
 #[test]
 fn safetensors_and_gguf_give_the_same_logits() {
-    for qwen2 in [false, true] {
-        let fx = small(GgmlType::F32, qwen2);
+    for arch in [Arch::Llama, Arch::Qwen2, Arch::Qwen3] {
+        let fx = small(GgmlType::F32, arch);
         let dir = tempfile::tempdir().unwrap();
         let g = gguf_model(&fx, &dir);
         fx.write_safetensors(dir.path()).unwrap();
@@ -64,13 +68,13 @@ fn safetensors_and_gguf_give_the_same_logits() {
         let a = Session::new(&g, 64, t).feed(&PROMPT).unwrap();
         let b = Session::new(&h, 64, t).feed(&PROMPT).unwrap();
         let d = max_diff(&a, &b);
-        assert!(d < 1e-3, "qwen2={qwen2}: max logit difference {d}");
+        assert!(d < 1e-3, "{arch:?}: max logit difference {d}");
     }
 }
 
 #[test]
 fn chunked_prefill_equals_token_by_token() {
-    let fx = small(GgmlType::Q8_0, false);
+    let fx = small(GgmlType::Q8_0, Arch::Llama);
     let dir = tempfile::tempdir().unwrap();
     let m = gguf_model(&fx, &dir);
     let t = Threads::new(2).unwrap();
@@ -85,7 +89,7 @@ fn chunked_prefill_equals_token_by_token() {
 
 #[test]
 fn a_batch_of_sequences_equals_each_alone() {
-    let fx = small(GgmlType::Q4_0, true);
+    let fx = small(GgmlType::Q4_0, Arch::Qwen2);
     let dir = tempfile::tempdir().unwrap();
     let m = gguf_model(&fx, &dir);
     let t = Threads::new(2).unwrap();
@@ -130,7 +134,7 @@ fn a_batch_of_sequences_equals_each_alone() {
 
 #[test]
 fn bad_batches_are_errors_not_panics() {
-    let fx = small(GgmlType::Q8_0, false);
+    let fx = small(GgmlType::Q8_0, Arch::Llama);
     let dir = tempfile::tempdir().unwrap();
     let m = gguf_model(&fx, &dir);
     let t = Threads::new(1).unwrap();
@@ -165,7 +169,7 @@ fn bad_batches_are_errors_not_panics() {
 #[test]
 fn missing_tensor_and_wrong_shape_are_named() {
     use hasten_model::gguf::{GgufWriter, Value};
-    let fx = small(GgmlType::F32, false);
+    let fx = small(GgmlType::F32, Arch::Llama);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("m.gguf");
     fx.write_gguf(&vocab(), &path).unwrap();
@@ -242,7 +246,7 @@ mod llama_cpp;
 #[test]
 fn sharded_hf_checkpoint_loads_end_to_end() {
     use hasten_model::tokenizer::Tokenizer;
-    let fx = small(GgmlType::F32, false);
+    let fx = small(GgmlType::F32, Arch::Llama);
     let dir = tempfile::tempdir().unwrap();
     let g = gguf_model(&fx, &dir);
     let ck = dir.path().join("ck");

