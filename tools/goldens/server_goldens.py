@@ -30,6 +30,8 @@ FIXTURES = [
     ("qwen3-f32", ["--type", "f32", "--arch", "qwen3"]),
     ("qwen3-q8_0", ["--type", "q8_0", "--arch", "qwen3"]),
     ("qwen3-q4_k", ["--type", "q4_k", "--arch", "qwen3"]),
+    ("granite-f32", ["--type", "f32", "--arch", "granite"]),
+    ("granite-q8_0", ["--type", "q8_0", "--arch", "granite"]),
 ]
 PROMPTS = ["Hello world, how are you?", "The quick brown fox", "1 2 3 4 5"]
 STEPS = 64

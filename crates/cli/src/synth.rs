@@ -22,8 +22,10 @@ pub struct Args {
     /// Weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k.
     #[arg(long = "type", default_value = "q8_0")]
     ty: String,
-    /// Architecture: llama, qwen2 (QKV biases, NeoX RoPE) or qwen3 (Q/K
-    /// norms, NeoX RoPE; the tiny shape gets Qwen3's 128-wide heads).
+    /// Architecture: llama, qwen2 (QKV biases, NeoX RoPE), qwen3 (Q/K
+    /// norms, NeoX RoPE; the tiny shape gets Qwen3's 128-wide heads) or
+    /// granite (Llama with embedding, residual, attention and logit
+    /// multipliers).
     #[arg(long, default_value = "llama")]
     arch: String,
     /// Same as --arch qwen2.
@@ -59,13 +61,17 @@ pub fn main(a: Args) -> Result<()> {
         (true, _) | (_, "qwen2") => Arch::Qwen2,
         (_, "llama") => Arch::Llama,
         (_, "qwen3") => Arch::Qwen3,
-        (_, other) => bail!("unknown --arch {other:?} (llama, qwen2, qwen3)"),
+        (_, "granite") => Arch::Granite,
+        (_, other) => bail!("unknown --arch {other:?} (llama, qwen2, qwen3, granite)"),
     };
     let mut fx = match (arch, a.shape.as_str()) {
         (Arch::Qwen3, "tiny") => Fixture::tiny_qwen3(ty),
         _ => Fixture::shape(&a.shape, ty)
             .ok_or_else(|| anyhow!("unknown shape {:?} (tiny, 135m, 1b)", a.shape))?,
     };
+    if arch == Arch::Granite {
+        fx.scales = Fixture::tiny_granite(ty).scales;
+    }
     fx.arch = arch;
     if let Some(hd) = a.head_dim {
         anyhow::ensure!(

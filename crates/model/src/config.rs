@@ -16,6 +16,9 @@ pub enum Arch {
     /// Qwen3 (dense): no biases, an RMSNorm over each head of Q and K
     /// before RoPE, heads often wider than `dim / n_heads`.
     Qwen3,
+    /// IBM Granite 3: Llama with embedding, residual, attention and logit
+    /// multipliers ([`Scales`]).
+    Granite,
 }
 
 impl Arch {
@@ -24,6 +27,7 @@ impl Arch {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
+            Arch::Granite => "granite",
         }
     }
 }
@@ -50,6 +54,32 @@ pub struct Config {
     pub qkv_bias: bool,
     /// RMSNorm over each head of Q and K (weights of `head_dim`) before RoPE.
     pub qk_norm: bool,
+    /// Granite's multipliers (all neutral for other families).
+    pub scales: Scales,
+}
+
+/// Constant factors some families apply around the standard blocks.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Scales {
+    /// Multiplies the token embeddings.
+    pub embedding: f32,
+    /// Multiplies each block's output before it is added to the residual.
+    pub residual: f32,
+    /// The attention softmax scale (default `1 / sqrt(head_dim)`).
+    pub attention: Option<f32>,
+    /// Divides the logits.
+    pub logit: f32,
+}
+
+impl Default for Scales {
+    fn default() -> Self {
+        Scales {
+            embedding: 1.0,
+            residual: 1.0,
+            attention: None,
+            logit: 1.0,
+        }
+    }
 }
 
 impl Config {
@@ -111,6 +141,20 @@ impl Config {
         if !(self.norm_eps > 0.0 && self.rope_base > 0.0 && self.rope_freq_scale > 0.0) {
             return bad("eps, rope base and rope scale must be positive".into());
         }
+        let sc = self.scales;
+        if ![
+            sc.embedding,
+            sc.residual,
+            sc.logit,
+            sc.attention.unwrap_or(1.0),
+        ]
+        .iter()
+        .all(|v| v.is_finite() && *v > 0.0)
+        {
+            return bad(format!(
+                "embedding, residual, attention and logit scales must be positive, got {sc:?}"
+            ));
+        }
         Ok(self)
     }
 
@@ -122,6 +166,7 @@ impl Config {
             "llama" | "mistral" => Arch::Llama,
             "qwen2" => Arch::Qwen2,
             "qwen3" => Arch::Qwen3,
+            "granite" => Arch::Granite,
             other => {
                 return Err(Error::UnknownArchitecture {
                     file: file.to_owned(),
@@ -164,13 +209,19 @@ impl Config {
             context_length: opt_usize(h, file, &k("context_length"))?.unwrap_or(2048),
             rope_base: opt_f32(h, file, &k("rope.freq_base"))?.unwrap_or(10000.0),
             rope_style: match arch {
-                Arch::Llama => RopeStyle::Normal,
+                Arch::Llama | Arch::Granite => RopeStyle::Normal,
                 Arch::Qwen2 | Arch::Qwen3 => RopeStyle::Neox,
             },
             rope_freq_scale,
             rope_freq_factors: None,
             qkv_bias: arch == Arch::Qwen2,
             qk_norm: arch == Arch::Qwen3,
+            scales: Scales {
+                embedding: opt_f32(h, file, &k("embedding_scale"))?.unwrap_or(1.0),
+                residual: opt_f32(h, file, &k("residual_scale"))?.unwrap_or(1.0),
+                attention: opt_f32(h, file, &k("attention.scale"))?.filter(|&s| s != 0.0),
+                logit: opt_f32(h, file, &k("logit_scale"))?.unwrap_or(1.0),
+            },
         }
         .validate(file)
     }
@@ -191,6 +242,7 @@ impl Config {
             "LlamaForCausalLM" | "MistralForCausalLM" | "llama" | "mistral" => Arch::Llama,
             "Qwen2ForCausalLM" | "qwen2" => Arch::Qwen2,
             "Qwen3ForCausalLM" | "qwen3" => Arch::Qwen3,
+            "GraniteForCausalLM" | "granite" => Arch::Granite,
             other => {
                 return Err(Error::UnknownArchitecture {
                     file: file.to_owned(),
@@ -237,6 +289,12 @@ impl Config {
             rope_freq_factors: factors,
             qkv_bias: arch == Arch::Qwen2 || c.attention_bias.unwrap_or(false),
             qk_norm: arch == Arch::Qwen3,
+            scales: Scales {
+                embedding: c.embedding_multiplier.unwrap_or(1.0),
+                residual: c.residual_multiplier.unwrap_or(1.0),
+                attention: c.attention_multiplier.filter(|&s| s != 0.0),
+                logit: c.logits_scaling.unwrap_or(1.0),
+            },
         }
         .validate(file)
     }
@@ -261,6 +319,11 @@ pub struct HfConfig {
     pub rope_scaling: Option<RopeScaling>,
     pub tie_word_embeddings: Option<bool>,
     pub attention_bias: Option<bool>,
+    /// Granite's multipliers.
+    pub embedding_multiplier: Option<f32>,
+    pub residual_multiplier: Option<f32>,
+    pub attention_multiplier: Option<f32>,
+    pub logits_scaling: Option<f32>,
     pub bos_token_id: Option<serde_json::Value>,
     pub eos_token_id: Option<serde_json::Value>,
 }

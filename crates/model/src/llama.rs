@@ -14,6 +14,8 @@
 //!     a = attention(q, cache[0..=pos]) ; x += a·Wo         (T, dim)
 //!     h = rmsnorm(x) ; x += (silu(h·Wg) * h·Wu)·Wd         (T, ffn) -> (T, dim)
 //! logits = rmsnorm(x[last of each sequence]) · Wout      (S, vocab)
+//! (granite: embeddings, each block's output, the attention scale and the
+//! logits carry constant multipliers, `Config::scales`)
 //! ```
 
 use crate::config::{Arch, Config};
@@ -148,6 +150,13 @@ fn norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32], dim: usize, thread
             rms_norm(i, w, eps, o);
         }
     });
+}
+
+/// Multiplies `x` by `k` (a no-op for the usual 1).
+fn scale_rows(x: &mut [f32], k: f32) {
+    if k != 1.0 {
+        x.iter_mut().for_each(|v| *v *= k);
+    }
 }
 
 /// RMSNorm of every `hd`-wide head of the rows of `x`, in place.
@@ -409,11 +418,15 @@ impl Model {
         let t = s.tok.len();
         let embed = self.embed.matrix()?;
         let tokens = batch.iter().flat_map(|b| b.tokens.iter());
+        let sc = c.scales;
         for (row, &tok) in s.x.chunks_exact_mut(dim).zip(tokens) {
             embed.dequantize_row(tok as usize, row)?;
+            if sc.embedding != 1.0 {
+                row.iter_mut().for_each(|v| *v *= sc.embedding);
+            }
         }
         let x = &mut s.x[..t * dim];
-        let scale = 1.0 / (hd as f32).sqrt();
+        let scale = sc.attention.unwrap_or(1.0 / (hd as f32).sqrt());
         for (li, layer) in self.layers.iter().enumerate() {
             // Attention.
             let h = &mut s.h[..t * dim];
@@ -501,6 +514,7 @@ impl Model {
             }
             let proj = &mut s.proj[..t * dim];
             matmul(&layer.wo.matrix()?, &s.att[..t * qd], proj, threads)?;
+            scale_rows(proj, sc.residual);
             par_elementwise(x, proj, threads, PAR_ADD, add_assign);
             // Feed-forward.
             norm_rows(x, &layer.ffn_norm, c.norm_eps, h, dim, threads);
@@ -509,6 +523,7 @@ impl Model {
             matmul(&layer.w_up.matrix()?, h, up, threads)?;
             par_elementwise(gate, up, threads, PAR_SILU, silu_mul);
             matmul(&layer.w_down.matrix()?, gate, proj, threads)?;
+            scale_rows(proj, sc.residual);
             par_elementwise(x, proj, threads, PAR_ADD, add_assign);
         }
         // Logits for the last new token of each sequence that wants them.
@@ -529,6 +544,7 @@ impl Model {
         let logits = &mut s.logits[..n * c.vocab_size];
         if n > 0 {
             matmul(&self.output.matrix()?, &s.last[..n * dim], logits, threads)?;
+            scale_rows(logits, 1.0 / sc.logit);
         }
         Ok(logits)
     }

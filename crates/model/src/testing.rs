@@ -6,7 +6,7 @@
 //! does, quantized to the chosen type) or as safetensors + `config.json`.
 //! The same seed gives the same model in both formats, bit for bit.
 
-use crate::config::Arch;
+use crate::config::{Arch, Scales};
 use crate::gguf::{GgufFile, GgufWriter, Value};
 use crate::{Error, Result};
 use hasten_kernels::quant::quantize_row;
@@ -41,6 +41,8 @@ pub struct Fixture {
     /// How strongly each token's embedding points at one fixed successor's
     /// output row (0 = fully random weights).
     pub bigram: f32,
+    /// Granite's multipliers, written for `Arch::Granite` only.
+    pub scales: Scales,
 }
 
 impl Fixture {
@@ -62,6 +64,22 @@ impl Fixture {
             output_scale: 0.5,
             layer_scale: 0.3,
             bigram: 0.45,
+            scales: Scales::default(),
+        }
+    }
+
+    /// The tiny shape as a Granite model, every multiplier away from 1 (and
+    /// the attention scale away from `1 / sqrt(head_dim)`).
+    pub fn tiny_granite(ty: GgmlType) -> Self {
+        Fixture {
+            arch: Arch::Granite,
+            scales: Scales {
+                embedding: 2.0,
+                residual: 0.5,
+                attention: Some(1.0 / 64.0),
+                logit: 4.0,
+            },
+            ..Self::tiny(ty)
         }
     }
 
@@ -281,6 +299,16 @@ impl Fixture {
             .kv(&format!("{a}.rope.freq_base"), Value::F32(10000.0))
             .kv(&format!("{a}.rope.dimension_count"), u(self.head_dim))
             .kv(&format!("{a}.vocab_size"), u(self.vocab_size));
+        if self.arch == Arch::Granite {
+            let sc = self.scales;
+            w.kv(&format!("{a}.embedding_scale"), Value::F32(sc.embedding))
+                .kv(&format!("{a}.residual_scale"), Value::F32(sc.residual))
+                .kv(
+                    &format!("{a}.attention.scale"),
+                    Value::F32(sc.attention.unwrap_or(0.0)),
+                )
+                .kv(&format!("{a}.logit_scale"), Value::F32(sc.logit));
+        }
         if self.head_dim * self.n_heads != self.dim {
             w.kv(&format!("{a}.attention.key_length"), u(self.head_dim))
                 .kv(&format!("{a}.attention.value_length"), u(self.head_dim));
@@ -305,7 +333,7 @@ impl Fixture {
         }
         let hd = self.head_dim;
         // llama.cpp permutes Q/K rows for its interleaved RoPE (`llama` only).
-        let permute = self.arch == Arch::Llama;
+        let permute = matches!(self.arch, Arch::Llama | Arch::Granite);
         for (name, shape, data) in self.hf_weights() {
             let gname = gguf_name(&name);
             let data = match name.rsplit('.').nth(1) {
@@ -348,6 +376,7 @@ impl Fixture {
             Arch::Llama => "LlamaForCausalLM",
             Arch::Qwen2 => "Qwen2ForCausalLM",
             Arch::Qwen3 => "Qwen3ForCausalLM",
+            Arch::Granite => "GraniteForCausalLM",
         };
         let config = serde_json::json!({
             "architectures": [arch], "vocab_size": self.vocab_size, "hidden_size": self.dim,
@@ -357,6 +386,14 @@ impl Fixture {
             "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "max_position_embeddings": self.context_length,
             "tie_word_embeddings": self.tied, "bos_token_id": 1, "eos_token_id": 2,
         });
+        let mut config = config;
+        if self.arch == Arch::Granite {
+            let sc = self.scales;
+            config["embedding_multiplier"] = sc.embedding.into();
+            config["residual_multiplier"] = sc.residual.into();
+            config["attention_multiplier"] = sc.attention.unwrap_or(0.0).into();
+            config["logits_scaling"] = sc.logit.into();
+        }
         std::fs::write(dir.join("config.json"), config.to_string()).map_err(io)?;
         let weights = self.hf_weights();
         let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = weights

@@ -23,6 +23,7 @@ pub(crate) fn vocab() -> PathBuf {
 fn small(ty: GgmlType, arch: Arch) -> Fixture {
     let base = match arch {
         Arch::Qwen3 => Fixture::tiny_qwen3(ty),
+        Arch::Granite => Fixture::tiny_granite(ty),
         _ => Fixture::tiny(ty),
     };
     Fixture {
@@ -52,7 +53,7 @@ const PROMPT: [u32; 9] = [1, 15043, 3186, 29892, 920, 526, 366, 29973, 13];
 
 #[test]
 fn safetensors_and_gguf_give_the_same_logits() {
-    for arch in [Arch::Llama, Arch::Qwen2, Arch::Qwen3] {
+    for arch in [Arch::Llama, Arch::Qwen2, Arch::Qwen3, Arch::Granite] {
         let fx = small(GgmlType::F32, arch);
         let dir = tempfile::tempdir().unwrap();
         let g = gguf_model(&fx, &dir);
