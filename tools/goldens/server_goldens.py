@@ -32,6 +32,8 @@ FIXTURES = [
     ("qwen3-q4_k", ["--type", "q4_k", "--arch", "qwen3"]),
     ("granite-f32", ["--type", "f32", "--arch", "granite"]),
     ("granite-q8_0", ["--type", "q8_0", "--arch", "granite"]),
+    ("smollm3-f32", ["--type", "f32", "--arch", "smollm3"]),
+    ("smollm3-q4_0", ["--type", "q4_0", "--arch", "smollm3"]),
 ]
 PROMPTS = ["Hello world, how are you?", "The quick brown fox", "1 2 3 4 5"]
 STEPS = 64

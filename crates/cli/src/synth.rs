@@ -25,7 +25,8 @@ pub struct Args {
     /// Architecture: llama, qwen2 (QKV biases, NeoX RoPE), qwen3 (Q/K
     /// norms, NeoX RoPE; the tiny shape gets Qwen3's 128-wide heads) or
     /// granite (Llama with embedding, residual, attention and logit
-    /// multipliers).
+    /// multipliers) or smollm3 (no RoPE on every 4th layer; the tiny shape
+    /// gets 4 layers).
     #[arg(long, default_value = "llama")]
     arch: String,
     /// Same as --arch qwen2.
@@ -62,10 +63,12 @@ pub fn main(a: Args) -> Result<()> {
         (_, "llama") => Arch::Llama,
         (_, "qwen3") => Arch::Qwen3,
         (_, "granite") => Arch::Granite,
-        (_, other) => bail!("unknown --arch {other:?} (llama, qwen2, qwen3, granite)"),
+        (_, "smollm3") => Arch::SmolLM3,
+        (_, other) => bail!("unknown --arch {other:?} (llama, qwen2, qwen3, granite, smollm3)"),
     };
     let mut fx = match (arch, a.shape.as_str()) {
         (Arch::Qwen3, "tiny") => Fixture::tiny_qwen3(ty),
+        (Arch::SmolLM3, "tiny") => Fixture::tiny_smollm3(ty),
         _ => Fixture::shape(&a.shape, ty)
             .ok_or_else(|| anyhow!("unknown shape {:?} (tiny, 135m, 1b)", a.shape))?,
     };

@@ -75,7 +75,7 @@ fn chat_mode_and_greedy_run() {
 #[test]
 fn synth_writes_each_architecture_and_run_loads_it() {
     let dir = tempfile::tempdir().unwrap();
-    for arch in ["llama", "qwen2", "qwen3", "granite"] {
+    for arch in ["llama", "qwen2", "qwen3", "granite", "smollm3"] {
         let path = dir.path().join(format!("{arch}.gguf"));
         let p = path.to_str().unwrap();
         let o = hasten(&["synth", "--arch", arch, "-o", p]);

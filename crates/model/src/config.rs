@@ -19,6 +19,8 @@ pub enum Arch {
     /// IBM Granite 3: Llama with embedding, residual, attention and logit
     /// multipliers ([`Scales`]).
     Granite,
+    /// Hugging Face SmolLM3: Llama with no RoPE on every 4th layer (NoPE).
+    SmolLM3,
 }
 
 impl Arch {
@@ -28,6 +30,7 @@ impl Arch {
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
             Arch::Granite => "granite",
+            Arch::SmolLM3 => "smollm3",
         }
     }
 }
@@ -56,6 +59,9 @@ pub struct Config {
     pub qk_norm: bool,
     /// Granite's multipliers (all neutral for other families).
     pub scales: Scales,
+    /// Layers whose Q and K are not rotated (SmolLM3's NoPE layers); empty
+    /// when every layer uses RoPE.
+    pub no_rope: Vec<bool>,
 }
 
 /// Constant factors some families apply around the standard blocks.
@@ -141,6 +147,13 @@ impl Config {
         if !(self.norm_eps > 0.0 && self.rope_base > 0.0 && self.rope_freq_scale > 0.0) {
             return bad("eps, rope base and rope scale must be positive".into());
         }
+        if !self.no_rope.is_empty() && self.no_rope.len() != self.n_layers {
+            return bad(format!(
+                "no_rope_layers lists {} layers, the model has {}",
+                self.no_rope.len(),
+                self.n_layers
+            ));
+        }
         let sc = self.scales;
         if ![
             sc.embedding,
@@ -167,6 +180,7 @@ impl Config {
             "qwen2" => Arch::Qwen2,
             "qwen3" => Arch::Qwen3,
             "granite" => Arch::Granite,
+            "smollm3" => Arch::SmolLM3,
             other => {
                 return Err(Error::UnknownArchitecture {
                     file: file.to_owned(),
@@ -187,6 +201,7 @@ impl Config {
                 what: format!("partial RoPE ({rope_dims} of {head_dim} dims) is not supported"),
             });
         }
+        let n_layers = usize_key(h, file, &k("block_count"))?;
         let scaling = h
             .get(&k("rope.scaling.type"))
             .and_then(|v| v.as_str())
@@ -200,7 +215,7 @@ impl Config {
             arch,
             vocab_size: opt_usize(h, file, &k("vocab_size"))?.unwrap_or(vocab_fallback),
             dim,
-            n_layers: usize_key(h, file, &k("block_count"))?,
+            n_layers,
             n_heads,
             n_kv_heads,
             head_dim,
@@ -209,7 +224,7 @@ impl Config {
             context_length: opt_usize(h, file, &k("context_length"))?.unwrap_or(2048),
             rope_base: opt_f32(h, file, &k("rope.freq_base"))?.unwrap_or(10000.0),
             rope_style: match arch {
-                Arch::Llama | Arch::Granite => RopeStyle::Normal,
+                Arch::Llama | Arch::Granite | Arch::SmolLM3 => RopeStyle::Normal,
                 Arch::Qwen2 | Arch::Qwen3 => RopeStyle::Neox,
             },
             rope_freq_scale,
@@ -221,6 +236,11 @@ impl Config {
                 residual: opt_f32(h, file, &k("residual_scale"))?.unwrap_or(1.0),
                 attention: opt_f32(h, file, &k("attention.scale"))?.filter(|&s| s != 0.0),
                 logit: opt_f32(h, file, &k("logit_scale"))?.unwrap_or(1.0),
+            },
+            // llama.cpp fixes SmolLM3's period at 4 (no GGUF key says it).
+            no_rope: match arch {
+                Arch::SmolLM3 => every_nth_without_rope(n_layers, 4),
+                _ => Vec::new(),
             },
         }
         .validate(file)
@@ -243,6 +263,7 @@ impl Config {
             "Qwen2ForCausalLM" | "qwen2" => Arch::Qwen2,
             "Qwen3ForCausalLM" | "qwen3" => Arch::Qwen3,
             "GraniteForCausalLM" | "granite" => Arch::Granite,
+            "SmolLM3ForCausalLM" | "smollm3" => Arch::SmolLM3,
             other => {
                 return Err(Error::UnknownArchitecture {
                     file: file.to_owned(),
@@ -295,6 +316,15 @@ impl Config {
                 attention: c.attention_multiplier.filter(|&s| s != 0.0),
                 logit: c.logits_scaling.unwrap_or(1.0),
             },
+            // `no_rope_layers[i]` is 1 where layer i uses RoPE.
+            no_rope: match (&c.no_rope_layers, arch) {
+                (Some(v), _) => v.iter().map(|&r| r == 0).collect(),
+                (None, Arch::SmolLM3) => every_nth_without_rope(
+                    c.num_hidden_layers,
+                    c.no_rope_layer_interval.unwrap_or(4),
+                ),
+                (None, _) => Vec::new(),
+            },
         }
         .validate(file)
     }
@@ -319,6 +349,9 @@ pub struct HfConfig {
     pub rope_scaling: Option<RopeScaling>,
     pub tie_word_embeddings: Option<bool>,
     pub attention_bias: Option<bool>,
+    /// SmolLM3's NoPE layers: 1 where a layer uses RoPE, else its period.
+    pub no_rope_layers: Option<Vec<u8>>,
+    pub no_rope_layer_interval: Option<usize>,
     /// Granite's multipliers.
     pub embedding_multiplier: Option<f32>,
     pub residual_multiplier: Option<f32>,
@@ -361,6 +394,11 @@ pub fn llama3_freq_factors(head_dim: usize, base: f32, s: &RopeScaling) -> Vec<f
             }
         })
         .collect()
+}
+
+/// Layers `n - 1, 2n - 1, ...` (1-based: every `n`-th) without RoPE.
+fn every_nth_without_rope(layers: usize, n: usize) -> Vec<bool> {
+    (0..layers).map(|i| n > 0 && (i + 1) % n == 0).collect()
 }
 
 fn str_key<'a>(h: &'a GgufHeader, file: &str, key: &str) -> Result<&'a str> {

@@ -45,7 +45,7 @@ pub enum Error {
         want: Vec<usize>,
     },
     #[error(
-        "{file}: architecture {arch:?} is not supported (llama, mistral, qwen2, qwen3 and granite are)"
+        "{file}: architecture {arch:?} is not supported (llama, mistral, qwen2, qwen3, granite and smollm3 are)"
     )]
     UnknownArchitecture { file: String, arch: String },
     #[error("{file}: invalid model configuration: {what}")]

@@ -14,7 +14,7 @@
 //!     a = attention(q, cache[0..=pos]) ; x += a·Wo         (T, dim)
 //!     h = rmsnorm(x) ; x += (silu(h·Wg) * h·Wu)·Wd         (T, ffn) -> (T, dim)
 //! logits = rmsnorm(x[last of each sequence]) · Wout      (S, vocab)
-//! (granite: embeddings, each block's output, the attention scale and the
+//! (smollm3: no RoPE on every 4th layer; granite: embeddings, each block's output, the attention scale and the
 //! logits carry constant multipliers, `Config::scales`)
 //! ```
 
@@ -444,9 +444,12 @@ impl Model {
                 norm_heads(q, nq, c.norm_eps, hd);
                 norm_heads(k, nk, c.norm_eps, hd);
             }
+            let nope = c.no_rope.get(li).copied().unwrap_or(false);
             for (j, &(seq, pos)) in s.tok.iter().enumerate() {
-                self.rope.apply(&mut q[j * qd..(j + 1) * qd], hd, pos);
-                self.rope.apply(&mut k[j * kvd..(j + 1) * kvd], hd, pos);
+                if !nope {
+                    self.rope.apply(&mut q[j * qd..(j + 1) * qd], hd, pos);
+                    self.rope.apply(&mut k[j * kvd..(j + 1) * kvd], hd, pos);
+                }
                 let table = batch[seq].block_table;
                 let slot =
                     table[pos / kv.block_size] as usize * kv.block_size + pos % kv.block_size;

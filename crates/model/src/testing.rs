@@ -68,6 +68,16 @@ impl Fixture {
         }
     }
 
+    /// The tiny shape as a SmolLM3 model with 4 layers, so that one (the
+    /// last) goes without RoPE.
+    pub fn tiny_smollm3(ty: GgmlType) -> Self {
+        Fixture {
+            arch: Arch::SmolLM3,
+            n_layers: 4,
+            ..Self::tiny(ty)
+        }
+    }
+
     /// The tiny shape as a Granite model, every multiplier away from 1 (and
     /// the attention scale away from `1 / sqrt(head_dim)`).
     pub fn tiny_granite(ty: GgmlType) -> Self {
@@ -333,7 +343,7 @@ impl Fixture {
         }
         let hd = self.head_dim;
         // llama.cpp permutes Q/K rows for its interleaved RoPE (`llama` only).
-        let permute = matches!(self.arch, Arch::Llama | Arch::Granite);
+        let permute = matches!(self.arch, Arch::Llama | Arch::Granite | Arch::SmolLM3);
         for (name, shape, data) in self.hf_weights() {
             let gname = gguf_name(&name);
             let data = match name.rsplit('.').nth(1) {
@@ -377,6 +387,7 @@ impl Fixture {
             Arch::Qwen2 => "Qwen2ForCausalLM",
             Arch::Qwen3 => "Qwen3ForCausalLM",
             Arch::Granite => "GraniteForCausalLM",
+            Arch::SmolLM3 => "SmolLM3ForCausalLM",
         };
         let config = serde_json::json!({
             "architectures": [arch], "vocab_size": self.vocab_size, "hidden_size": self.dim,
@@ -387,6 +398,12 @@ impl Fixture {
             "tie_word_embeddings": self.tied, "bos_token_id": 1, "eos_token_id": 2,
         });
         let mut config = config;
+        if self.arch == Arch::SmolLM3 {
+            let uses: Vec<u8> = (0..self.n_layers)
+                .map(|i| u8::from((i + 1) % 4 != 0))
+                .collect();
+            config["no_rope_layers"] = uses.into();
+        }
         if self.arch == Arch::Granite {
             let sc = self.scales;
             config["embedding_multiplier"] = sc.embedding.into();

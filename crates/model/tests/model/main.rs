@@ -24,6 +24,7 @@ fn small(ty: GgmlType, arch: Arch) -> Fixture {
     let base = match arch {
         Arch::Qwen3 => Fixture::tiny_qwen3(ty),
         Arch::Granite => Fixture::tiny_granite(ty),
+        Arch::SmolLM3 => Fixture::tiny_smollm3(ty),
         _ => Fixture::tiny(ty),
     };
     Fixture {
@@ -53,7 +54,13 @@ const PROMPT: [u32; 9] = [1, 15043, 3186, 29892, 920, 526, 366, 29973, 13];
 
 #[test]
 fn safetensors_and_gguf_give_the_same_logits() {
-    for arch in [Arch::Llama, Arch::Qwen2, Arch::Qwen3, Arch::Granite] {
+    for arch in [
+        Arch::Llama,
+        Arch::Qwen2,
+        Arch::Qwen3,
+        Arch::Granite,
+        Arch::SmolLM3,
+    ] {
         let fx = small(GgmlType::F32, arch);
         let dir = tempfile::tempdir().unwrap();
         let g = gguf_model(&fx, &dir);
