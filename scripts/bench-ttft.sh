@@ -45,7 +45,7 @@ for shape in $shapes; do
   lpid=
   if [ -z "${NO_LLAMA:-}" ]; then
     lp=$(free_port)
-    "$LLAMA_BIN/llama-server" -m "$model" --host 127.0.0.1 --port "$lp" -t "$threads" -np 1 -c 2048 \
+    "$LLAMA_BIN/llama-server" "${LLAMA_SERVER_ARGS[@]}" -m "$model" --host 127.0.0.1 --port "$lp" -t "$threads" -np 1 -c 2048 \
       >"$WORK/llama-server.log" 2>&1 &
     lpid=$!
     wait_ready "http://127.0.0.1:$lp" "$lpid"

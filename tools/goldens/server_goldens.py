@@ -72,7 +72,8 @@ def run_fixture(bin_dir, env, path):
     srv = subprocess.Popen(
         [os.path.join(bin_dir, "llama-server"), "-m", path, "--host", "127.0.0.1", "--port", str(port),
          # --no-repack: on AMX Xeons this build hangs at start repacking
-         # Q8_0/Q4 weights; the plain CPU path is the reference anyway.
+         # Q8_0/Q4 weights (scripts/lib/llama-cpp-env.sh); the plain CPU
+         # path is the reference anyway.
          "-t", "2", "-c", "512", "-np", "1", "--no-warmup", "--no-repack"],
         env=env, stdout=subprocess.DEVNULL, stderr=open(path + ".log", "w"))
     base = f"http://127.0.0.1:{port}"
