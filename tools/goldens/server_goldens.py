@@ -34,6 +34,8 @@ FIXTURES = [
     ("granite-q8_0", ["--type", "q8_0", "--arch", "granite"]),
     ("smollm3-f32", ["--type", "f32", "--arch", "smollm3"]),
     ("smollm3-q4_0", ["--type", "q4_0", "--arch", "smollm3"]),
+    ("llama-iq4_nl", ["--type", "iq4_nl"]),
+    ("llama-iq4_xs", ["--type", "iq4_xs"]),
 ]
 PROMPTS = ["Hello world, how are you?", "The quick brown fox", "1 2 3 4 5"]
 STEPS = 64

@@ -19,7 +19,8 @@ pub struct Args {
     /// tiny (2 layers, dim 256), 135m (SmolLM2-135M shape) or 1b (TinyLlama-1.1B shape).
     #[arg(long, default_value = "tiny")]
     shape: String,
-    /// Weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k.
+    /// Weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k,
+    /// iq4_nl, iq4_xs.
     #[arg(long = "type", default_value = "q8_0")]
     ty: String,
     /// Architecture: llama, qwen2 (QKV biases, NeoX RoPE), qwen3 (Q/K

@@ -207,6 +207,9 @@ pub struct Kernels {
     pub q4_k: QuantPath,
     pub q5_k: QuantPath,
     pub q6_k: QuantPath,
+    /// The non-linear 4-bit types (scalar dot products on every tier for now).
+    pub iq4_nl: QuantPath,
+    pub iq4_xs: QuantPath,
     /// Q4_0 and Q8_0 repacked in eight-row groups.
     pub q4_0x8: (X8Gemv, X8Gemm),
     pub q8_0x8: (X8Gemv, X8Gemm),
@@ -331,6 +334,8 @@ impl Kernels {
             GgmlType::Q4K => Some(self.q4_k),
             GgmlType::Q5K => Some(self.q5_k),
             GgmlType::Q6K => Some(self.q6_k),
+            GgmlType::IQ4NL => Some(self.iq4_nl),
+            GgmlType::IQ4XS => Some(self.iq4_xs),
             _ => None,
         }
     }
@@ -362,6 +367,8 @@ impl Kernels {
             q4_k: q8k(r::quantize_q8_k_act, r::dot_q4_k_q8_k),
             q5_k: q8k(r::quantize_q8_k_act, r::dot_q5_k_q8_k),
             q6_k: q8k(r::quantize_q8_k_act, r::dot_q6_k_q8_k),
+            iq4_nl: q80(r::quantize_q8_0_act, r::dot_iq4_nl_q8_0),
+            iq4_xs: q8k(r::quantize_q8_k_act, r::dot_iq4_xs_q8_k),
             q4_0x8: (q4_0x8_gemv_ref, q4_0x8_gemm_ref),
             q8_0x8: (q8_0x8_gemv_ref, q8_0x8_gemm_ref),
             q5_0x8: (q5_0x8_gemv_ref, q5_0x8_gemm_ref),
@@ -403,6 +410,8 @@ impl Kernels {
                 // Unrepacked Q5_K rows (row counts not a multiple of 8) are rare.
                 q5_k: q8k(avx2::quantize_q8_k, r::dot_q5_k_q8_k),
                 q6_k: q8k(avx2::quantize_q8_k, avx2::dot_q6_k_q8_k),
+                iq4_nl: q80(avx2::quantize_q8_0, r::dot_iq4_nl_q8_0),
+                iq4_xs: q8k(avx2::quantize_q8_k, r::dot_iq4_xs_q8_k),
                 q4_0x8: (
                     crate::simd::avx2_x8::gemv_q4_0x8,
                     crate::simd::avx2_x8::gemm_q4_0x8,

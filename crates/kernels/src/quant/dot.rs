@@ -3,6 +3,7 @@
 //! then each weight block contributes `d_w * d_x * sum(q_w * q_x)` with the
 //! integer sum exact, as ggml's `ggml_vec_dot_*_q8_0` do.
 
+use super::iquants::{xs_scales, IQ4_NL_BYTES, IQ4_XS_BYTES, LEVELS};
 use super::kquants::{scale_min_k4, QK_K};
 use super::{nearest_int, read_f16};
 
@@ -233,6 +234,46 @@ pub fn dot_q6_k_q8_k(w: &[u8], x: &[u8]) -> f32 {
     sum
 }
 
+/// IQ4_NL weights · Q8_0 activations: each code's level times the
+/// activation, summed exactly per block, times `d_w * d_x`.
+pub fn dot_iq4_nl_q8_0(w: &[u8], x: &[u8]) -> f32 {
+    let mut sum = 0.0f32;
+    for (bw, bx) in w.chunks_exact(IQ4_NL_BYTES).zip(x.chunks_exact(34)) {
+        let mut acc = 0i32;
+        for j in 0..QK / 2 {
+            let q = bw[2 + j];
+            acc += LEVELS[(q & 0x0f) as usize] as i32 * (bx[2 + j] as i8 as i32);
+            acc += LEVELS[(q >> 4) as usize] as i32 * (bx[2 + QK / 2 + j] as i8 as i32);
+        }
+        sum += read_f16(&bw[0..2]) * read_f16(&bx[0..2]) * acc as f32;
+    }
+    sum
+}
+
+/// IQ4_XS weights · Q8_K activations: per sub-block `(ls - 32) * sum(level
+/// * q8)`, summed exactly per block, times `d_w * d_x`.
+pub fn dot_iq4_xs_q8_k(w: &[u8], x: &[u8]) -> f32 {
+    let mut sum = 0.0f32;
+    for (bw, bx) in w.chunks_exact(IQ4_XS_BYTES).zip(x.chunks_exact(Q8_K_BYTES)) {
+        let (dx, q8, _) = q8k_parts(bx);
+        let mut total = 0i32;
+        for (ib, ls) in xs_scales(bw).iter().enumerate() {
+            let (qs, a) = (
+                &bw[8 + 16 * ib..8 + 16 * ib + 16],
+                &q8[QK * ib..QK * ib + QK],
+            );
+            let mut s = 0i32;
+            for j in 0..QK / 2 {
+                s += LEVELS[(qs[j] & 0x0f) as usize] as i32 * (a[j] as i8 as i32);
+                s += LEVELS[(qs[j] >> 4) as usize] as i32 * (a[j + QK / 2] as i8 as i32);
+            }
+            total += ls * s;
+        }
+        sum += read_f16(&bw[0..2]) * dx * total as f32;
+    }
+    sum
+}
+
 /// `sum(q[i] * k[i])` for an f32 query and an f16 cache row.
 pub fn dot_f32_f16(q: &[f32], k: &[half::f16]) -> f32 {
     q.iter().zip(k).map(|(a, b)| a * b.to_f32()).sum()
@@ -332,6 +373,7 @@ mod tests {
             GgmlType::Q5_0,
             GgmlType::Q4_1,
             GgmlType::Q5_1,
+            GgmlType::IQ4NL,
         ] {
             for blocks in [1, 2, 7, 33] {
                 let n = 32 * blocks;
@@ -411,7 +453,7 @@ mod tests {
     #[test]
     fn k_quant_dots_match_the_reference_and_f32_on_every_tier() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(6);
-        for ty in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
+        for ty in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K, GgmlType::IQ4XS] {
             for blocks in [1, 2, 5] {
                 let n = QK_K * blocks;
                 let (wf, x) = (row(&mut rng, n), row(&mut rng, n));

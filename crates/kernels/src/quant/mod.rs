@@ -6,6 +6,7 @@
 //! the reference that SIMD kernels are tested against.
 
 pub mod dot;
+pub(crate) mod iquants;
 pub(crate) mod kquants;
 pub(crate) mod legacy;
 pub mod repack;
@@ -31,12 +32,14 @@ pub enum GgmlType {
     Q4K = 12,
     Q5K = 13,
     Q6K = 14,
+    IQ4NL = 20,
+    IQ4XS = 23,
     BF16 = 30,
 }
 
 impl GgmlType {
     /// Every supported type, for tests and help texts.
-    pub const ALL: [GgmlType; 11] = [
+    pub const ALL: [GgmlType; 13] = [
         GgmlType::F32,
         GgmlType::F16,
         GgmlType::BF16,
@@ -48,6 +51,8 @@ impl GgmlType {
         GgmlType::Q4K,
         GgmlType::Q5K,
         GgmlType::Q6K,
+        GgmlType::IQ4NL,
+        GgmlType::IQ4XS,
     ];
 
     /// Maps a ggml type id to a supported type.
@@ -73,6 +78,8 @@ impl GgmlType {
             GgmlType::Q4K => "Q4_K",
             GgmlType::Q5K => "Q5_K",
             GgmlType::Q6K => "Q6_K",
+            GgmlType::IQ4NL => "IQ4_NL",
+            GgmlType::IQ4XS => "IQ4_XS",
         }
     }
 
@@ -88,10 +95,13 @@ impl GgmlType {
     pub fn block_size(self) -> usize {
         match self {
             GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 1,
-            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 => {
-                32
-            }
-            GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => QK_K,
+            GgmlType::Q4_0
+            | GgmlType::Q4_1
+            | GgmlType::Q5_0
+            | GgmlType::Q5_1
+            | GgmlType::Q8_0
+            | GgmlType::IQ4NL => 32,
+            GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K | GgmlType::IQ4XS => QK_K,
         }
     }
 
@@ -108,6 +118,8 @@ impl GgmlType {
             GgmlType::Q4K => kquants::Q4_K_BYTES,
             GgmlType::Q5K => kquants::Q5_K_BYTES,
             GgmlType::Q6K => kquants::Q6_K_BYTES,
+            GgmlType::IQ4NL => iquants::IQ4_NL_BYTES,
+            GgmlType::IQ4XS => iquants::IQ4_XS_BYTES,
         }
     }
 
@@ -177,6 +189,8 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<()> {
         GgmlType::Q4K => kquants::dequantize_q4_k(src, dst),
         GgmlType::Q5K => kquants::dequantize_q5_k(src, dst),
         GgmlType::Q6K => kquants::dequantize_q6_k(src, dst),
+        GgmlType::IQ4NL => iquants::dequantize_iq4_nl(src, dst),
+        GgmlType::IQ4XS => iquants::dequantize_iq4_xs(src, dst),
     }
     Ok(())
 }
@@ -209,6 +223,8 @@ pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<()> {
         GgmlType::Q4K => kquants::quantize_q4_k(src, dst),
         GgmlType::Q5K => kquants::quantize_q5_k(src, dst),
         GgmlType::Q6K => kquants::quantize_q6_k(src, dst),
+        GgmlType::IQ4NL => iquants::quantize_iq4_nl(src, dst),
+        GgmlType::IQ4XS => iquants::quantize_iq4_xs(src, dst),
     }
     Ok(())
 }

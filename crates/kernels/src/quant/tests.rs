@@ -26,7 +26,7 @@ fn hex(s: &str) -> Vec<u8> {
 fn quantize_and_dequantize_are_bit_exact_with_ggml() {
     let golden: serde_json::Value = serde_json::from_str(GOLDEN).unwrap();
     let obj = golden.as_object().unwrap();
-    assert_eq!(obj.len(), 10, "goldens cover every non-f32 type");
+    assert_eq!(obj.len(), 12, "goldens cover every non-f32 type");
     for (name, cases) in obj {
         let ty = GgmlType::from_name(name).unwrap();
         for (i, case) in cases.as_array().unwrap().iter().enumerate() {
@@ -64,6 +64,7 @@ fn rel_rms_bound(ty: GgmlType) -> f32 {
         GgmlType::Q6K => 0.03,
         GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q5K => 0.07,
         GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4K => 0.14,
+        GgmlType::IQ4NL | GgmlType::IQ4XS => 0.12,
     }
 }
 
