@@ -177,6 +177,18 @@ x8_ref!(
     crate::quant::repack::dot_q5_1x8
 );
 x8_ref!(
+    iq4_nlx8_gemv_ref,
+    iq4_nlx8_gemm_ref,
+    Q8Row<'_>,
+    crate::quant::repack_iq4::dot_iq4_nlx8
+);
+x8_ref!(
+    iq4_xsx8_gemv_ref,
+    iq4_xsx8_gemm_ref,
+    &[u8],
+    crate::quant::repack_iq4::dot_iq4_xsx8
+);
+x8_ref!(
     q8_0x8_gemv_ref,
     q8_0x8_gemm_ref,
     Q8Row<'_>,
@@ -207,9 +219,13 @@ pub struct Kernels {
     pub q4_k: QuantPath,
     pub q5_k: QuantPath,
     pub q6_k: QuantPath,
-    /// The non-linear 4-bit types (scalar dot products on every tier for now).
+    /// The non-linear 4-bit types (their one-row dots are scalar on every
+    /// tier: their rows are repacked wherever the row count allows).
     pub iq4_nl: QuantPath,
     pub iq4_xs: QuantPath,
+    /// IQ4_NL in Q4_0's eight-row layout, IQ4_XS in its own (Q8_K activations).
+    pub iq4_nlx8: (X8Gemv, X8Gemm),
+    pub iq4_xsx8: (K8Gemv, K8Gemm),
     /// Q4_0 and Q8_0 repacked in eight-row groups.
     pub q4_0x8: (X8Gemv, X8Gemm),
     pub q8_0x8: (X8Gemv, X8Gemm),
@@ -223,10 +239,10 @@ pub struct Kernels {
     pub q6_kx8: (K8Gemv, K8Gemm),
     /// Two eight-row groups at once, where the tier has wide registers.
     pub x16: Option<X16Table>,
-    /// The zero offset the Q8_0 x8 and x16 kernels expect in the activation
-    /// terms: 0 for signed products; 128 where the weights are made
-    /// unsigned (`w ^ 0x80 = w + 128`) for `vpdpbusd`.
-    pub q8_0x8_offset: f32,
+    /// The zero offset the x8 and x16 kernels of the signed types (Q8_0,
+    /// IQ4_NL) expect in the activation terms: 0 for signed products; 128
+    /// where the weights are made unsigned (`w + 128`) for `vpdpbusd`.
+    pub signed_x8_offset: f32,
     pub f16_dot: F16Dot,
     /// The same for bf16 weights.
     pub bf16_dot: F16Dot,
@@ -254,6 +270,8 @@ pub struct X16Table {
     pub q5_0_4: X16Gemm4,
     pub q5_1_4: X16Gemm4,
     pub q8_0_4: X16Gemm4,
+    pub iq4_nl: X16Gemm,
+    pub iq4_nl_4: X16Gemm4,
     pub q4_k: K16Gemm,
     pub q6_k: K16Gemm,
 }
@@ -274,6 +292,7 @@ impl Kernels {
             GgmlType::Q5_0 => Some(self.q5_0x8),
             GgmlType::Q4_1 => Some(self.q4_1x8),
             GgmlType::Q5_1 => Some(self.q5_1x8),
+            GgmlType::IQ4NL => Some(self.iq4_nlx8),
             _ => None,
         }
     }
@@ -282,7 +301,7 @@ impl Kernels {
     /// expect in [`Q8Row::ds`] (see [`crate::rows::q8_row_terms`]).
     pub fn x8_zero_offset(&self, ty: GgmlType) -> f32 {
         match ty {
-            GgmlType::Q8_0 => self.q8_0x8_offset,
+            GgmlType::Q8_0 | GgmlType::IQ4NL => self.signed_x8_offset,
             _ => crate::rows::zero_offset(ty),
         }
     }
@@ -296,6 +315,7 @@ impl Kernels {
             GgmlType::Q5_0 => Some(t.q5_0),
             GgmlType::Q5_1 => Some(t.q5_1),
             GgmlType::Q8_0 => Some(t.q8_0),
+            GgmlType::IQ4NL => Some(t.iq4_nl),
             _ => None,
         }
     }
@@ -309,6 +329,7 @@ impl Kernels {
             GgmlType::Q5_0 => Some(t.q5_0_4),
             GgmlType::Q5_1 => Some(t.q5_1_4),
             GgmlType::Q8_0 => Some(t.q8_0_4),
+            GgmlType::IQ4NL => Some(t.iq4_nl_4),
             _ => None,
         }
     }
@@ -377,8 +398,10 @@ impl Kernels {
             q4_kx8: (q4_kx8_gemv_ref, q4_kx8_gemm_ref),
             q5_kx8: (q5_kx8_gemv_ref, q5_kx8_gemm_ref),
             q6_kx8: (q6_kx8_gemv_ref, q6_kx8_gemm_ref),
+            iq4_nlx8: (iq4_nlx8_gemv_ref, iq4_nlx8_gemm_ref),
+            iq4_xsx8: (iq4_xsx8_gemv_ref, iq4_xsx8_gemm_ref),
             x16: None,
-            q8_0x8_offset: 0.0,
+            signed_x8_offset: 0.0,
             f16_dot: r::dot_f16_f32,
             bf16_dot: r::dot_bf16_f32,
             kv_dot: r::dot_f32_f16,
@@ -444,8 +467,16 @@ impl Kernels {
                     crate::simd::avx2_x8::gemv_q6_kx8,
                     crate::simd::avx2_x8::gemm_q6_kx8,
                 ),
+                iq4_nlx8: (
+                    crate::simd::x86_iq4::gemv_iq4_nlx8,
+                    crate::simd::x86_iq4::gemm_iq4_nlx8,
+                ),
+                iq4_xsx8: (
+                    crate::simd::x86_iq4::gemv_iq4_xsx8,
+                    crate::simd::x86_iq4::gemm_iq4_xsx8,
+                ),
                 x16: None,
-                q8_0x8_offset: 0.0,
+                signed_x8_offset: 0.0,
                 f16_dot: avx2::dot_f16_f32,
                 bf16_dot: avx2::dot_bf16_f32,
                 kv_dot: avx2::dot_f32_f16,
@@ -479,6 +510,7 @@ fn avx512_table(avx2: Kernels) -> Kernels {
     use crate::simd::avx512 as e;
     use crate::simd::avx512_x16 as w;
     use crate::simd::avx512_x8 as v;
+    use crate::simd::x86_iq4 as iq;
     Kernels {
         isa: Isa::Avx512,
         q4_0x8: (v::gemv_q4_0x8, v::gemm_q4_0x8),
@@ -489,6 +521,8 @@ fn avx512_table(avx2: Kernels) -> Kernels {
         q4_kx8: (v::gemv_q4_kx8, v::gemm_q4_kx8),
         q5_kx8: (v::gemv_q5_kx8, v::gemm_q5_kx8),
         q6_kx8: (v::gemv_q6_kx8, v::gemm_q6_kx8),
+        iq4_nlx8: (iq::gemv_iq4_nlx8_vnni, iq::gemm_iq4_nlx8_vnni),
+        iq4_xsx8: (iq::gemv_iq4_xsx8_vnni, iq::gemm_iq4_xsx8_vnni),
         x16: Some(X16Table {
             q4_0: w::gemm_q4_0x16,
             q4_1: w::gemm_q4_1x16,
@@ -500,10 +534,12 @@ fn avx512_table(avx2: Kernels) -> Kernels {
             q5_0_4: w::gemm_q5_0x16_4,
             q5_1_4: w::gemm_q5_1x16_4,
             q8_0_4: w::gemm_q8_0x16_4,
+            iq4_nl: iq::gemm_iq4_nlx16,
+            iq4_nl_4: iq::gemm_iq4_nlx16_4,
             q4_k: crate::simd::avx512_k16::gemm_q4_kx16,
             q6_k: crate::simd::avx512_k16::gemm_q6_kx16,
         }),
-        q8_0x8_offset: 128.0,
+        signed_x8_offset: 128.0,
         attend_tile: crate::simd::avx2_attn::attend_tile_avx512,
         f16_dot: e::dot_f16_f32,
         bf16_dot: e::dot_bf16_f32,

@@ -138,6 +138,7 @@ pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads
             GgmlType::Q4K => Some((k.q4_kx8, Q4K_UNIT)),
             GgmlType::Q5K => Some((k.q5_kx8, Q5K_UNIT)),
             GgmlType::Q6K => Some((k.q6_kx8, Q6K_UNIT)),
+            GgmlType::IQ4XS => Some((k.iq4_xsx8, crate::quant::repack_iq4::IQ4XS_UNIT)),
             _ => None,
         };
         if let (Some(((gemv, gemm), unit)), Some(packed)) = (k8, w.packed) {

@@ -10,6 +10,7 @@ pub(crate) mod iquants;
 pub(crate) mod kquants;
 pub(crate) mod legacy;
 pub mod repack;
+pub mod repack_iq4;
 pub mod repack_q5k;
 pub mod repack_q6k;
 

@@ -70,6 +70,7 @@ impl std::ops::Deref for Aligned {
 pub fn x8_unit(ty: GgmlType) -> Option<usize> {
     match ty {
         GgmlType::Q4_0 => Some(16 + 8 * 16),
+        GgmlType::IQ4NL => Some(super::repack_iq4::IQ4NL_UNIT),
         GgmlType::Q5_0 => Some(Q5_0_UNIT),
         GgmlType::Q8_0 => Some(16 + 8 * 32),
         GgmlType::Q4_1 => Some(Q4_1_UNIT),
@@ -90,6 +91,9 @@ pub fn repack_x8(ty: GgmlType, data: &[u8], rows: usize, cols: usize) -> Option<
     }
     if ty == GgmlType::Q5K {
         return super::repack_q5k::repack_q5_kx8(data, rows, cols);
+    }
+    if ty == GgmlType::IQ4XS {
+        return super::repack_iq4::repack_iq4_xsx8(data, rows, cols);
     }
     if ty == GgmlType::Q5_0 {
         return repack_q5_0x8(data, rows, cols);
@@ -278,6 +282,9 @@ pub fn packed_bytes(ty: GgmlType, rows: usize, cols: usize) -> Option<usize> {
     if ty == GgmlType::Q5K {
         return Some(rows / 8 * cols / 256 * super::repack_q5k::Q5K_UNIT);
     }
+    if ty == GgmlType::IQ4XS {
+        return Some(rows / 8 * cols / 256 * super::repack_iq4::IQ4XS_UNIT);
+    }
     Some(rows / 8 * cols / 32 * x8_unit(ty)?)
 }
 
@@ -385,12 +392,13 @@ mod tests {
         assert_eq!(p.as_ptr() as usize % Aligned::ALIGN, 0);
     }
 
-    const TYPES: [GgmlType; 5] = [
+    const TYPES: [GgmlType; 6] = [
         GgmlType::Q4_0,
         GgmlType::Q8_0,
         GgmlType::Q5_0,
         GgmlType::Q4_1,
         GgmlType::Q5_1,
+        GgmlType::IQ4NL,
     ];
 
     fn reference(ty: GgmlType) -> fn(&[u8], Q8Row<'_>) -> [f32; 8] {
@@ -399,6 +407,7 @@ mod tests {
             GgmlType::Q5_0 => dot_q5_0x8,
             GgmlType::Q4_1 => dot_q4_1x8,
             GgmlType::Q5_1 => dot_q5_1x8,
+            GgmlType::IQ4NL => crate::quant::repack_iq4::dot_iq4_nlx8,
             _ => dot_q8_0x8,
         }
     }
@@ -550,6 +559,7 @@ mod tests {
                 GgmlType::Q5_0 => crate::quant::dot::dot_q5_0_q8_0,
                 GgmlType::Q4_1 => crate::quant::dot::dot_q4_1_q8_0,
                 GgmlType::Q5_1 => crate::quant::dot::dot_q5_1_q8_0,
+                GgmlType::IQ4NL => crate::quant::dot::dot_iq4_nl_q8_0,
                 _ => dot_q8_0_q8_0,
             };
             for (rows, blocks) in [(8, 1), (16, 3), (24, 9)] {
@@ -739,6 +749,20 @@ mod tests {
             dot_q6_k_q8_k,
             |k| k.q6_kx8,
             14,
+        );
+    }
+
+    #[test]
+    fn iq4_xs_groups_match_the_row_dots_on_every_tier() {
+        use crate::quant::dot::dot_iq4_xs_q8_k;
+        use crate::quant::repack_iq4::{dot_iq4_xsx8, IQ4XS_UNIT};
+        check_k_quant_x8(
+            GgmlType::IQ4XS,
+            IQ4XS_UNIT,
+            dot_iq4_xsx8,
+            dot_iq4_xs_q8_k,
+            |k| k.iq4_xsx8,
+            17,
         );
     }
 }

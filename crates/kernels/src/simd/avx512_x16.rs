@@ -78,7 +78,7 @@ pub(super) unsafe fn bcast4(q: *const u8) -> __m512i {
 /// (elements 0..16) in `w[0..4]`, high halves in `w[4..8]`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn prep_q4<const OFF: usize>(a: *const u8, b: *const u8) -> [__m512i; 8] {
+pub(super) fn prep_q4<const OFF: usize>(a: *const u8, b: *const u8) -> [__m512i; 8] {
     let m4 = _mm512_set1_epi8(0x0f);
     let mut w = [_mm512_setzero_si512(); 8];
     for k in 0..4 {
@@ -119,7 +119,7 @@ fn prep_q5<const OFF: usize>(a: *const u8, b: *const u8) -> [__m512i; 8] {
 /// `w` with one activation block's quants at `q`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn sums_u(w: &[__m512i; 8], q: *const u8) -> __m512i {
+pub(super) fn sums_u(w: &[__m512i; 8], q: *const u8) -> __m512i {
     let (mut lo, mut hi) = (_mm512_setzero_si512(), _mm512_setzero_si512());
     for k in 0..4 {
         // SAFETY: `q` points at the block's 32 quant bytes.
@@ -231,6 +231,8 @@ macro_rules! x16 {
         }
     };
 }
+
+pub(super) use x16;
 
 x16!(
     gemm_q4_0x16,

@@ -31,7 +31,7 @@ use std::arch::x86_64::*;
 /// halve the dependency chain.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn sums_u(w: &[__m256i; 8], _u: *const u8, q: *const u8) -> __m256i {
+pub(super) fn sums_u(w: &[__m256i; 8], _u: *const u8, q: *const u8) -> __m256i {
     let (mut lo, mut hi) = (_mm256_setzero_si256(), _mm256_setzero_si256());
     for k in 0..4 {
         // SAFETY: `q` points at the block's 32 quant bytes.

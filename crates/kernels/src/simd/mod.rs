@@ -21,6 +21,8 @@ pub mod avx512_x8;
 pub mod neon;
 #[cfg(target_arch = "aarch64")]
 pub mod neon_k8;
+#[cfg(target_arch = "x86_64")]
+pub mod x86_iq4;
 
 /// A 64-byte-aligned stack object: [`align_frame`] puts one in a kernel's
 /// frame so the compiler realigns that frame.
