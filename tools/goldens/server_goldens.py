@@ -36,6 +36,8 @@ FIXTURES = [
     ("smollm3-q4_0", ["--type", "q4_0", "--arch", "smollm3"]),
     ("llama-iq4_nl", ["--type", "iq4_nl"]),
     ("llama-iq4_xs", ["--type", "iq4_xs"]),
+    ("qwen3moe-f32", ["--type", "f32", "--arch", "qwen3moe"]),
+    ("qwen3moe-q4_0", ["--type", "q4_0", "--arch", "qwen3moe"]),
 ]
 PROMPTS = ["Hello world, how are you?", "The quick brown fox", "1 2 3 4 5"]
 STEPS = 64

@@ -16,7 +16,9 @@ const LLAMA_SPM_VOCAB: &[u8] =
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// tiny (2 layers, dim 256), 135m (SmolLM2-135M shape) or 1b (TinyLlama-1.1B shape).
+    /// tiny (2 layers, dim 256), 135m (SmolLM2-135M shape), 1b
+    /// (TinyLlama-1.1B shape) or moe (12 of Qwen3-30B-A3B's layers with 32
+    /// experts, 8 active: ~1.2 GB as Q4_0; --arch qwen3moe only).
     #[arg(long, default_value = "tiny")]
     shape: String,
     /// Weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k,
@@ -27,7 +29,8 @@ pub struct Args {
     /// norms, NeoX RoPE; the tiny shape gets Qwen3's 128-wide heads) or
     /// granite (Llama with embedding, residual, attention and logit
     /// multipliers) or smollm3 (no RoPE on every 4th layer; the tiny shape
-    /// gets 4 layers).
+    /// gets 4 layers) or qwen3moe (Qwen3 with 8 experts, 2 active, in the
+    /// tiny shape; the moe shape).
     #[arg(long, default_value = "llama")]
     arch: String,
     /// Same as --arch qwen2.
@@ -65,13 +68,21 @@ pub fn main(a: Args) -> Result<()> {
         (_, "qwen3") => Arch::Qwen3,
         (_, "granite") => Arch::Granite,
         (_, "smollm3") => Arch::SmolLM3,
-        (_, other) => bail!("unknown --arch {other:?} (llama, qwen2, qwen3, granite, smollm3)"),
+        (_, "qwen3moe") => Arch::Qwen3Moe,
+        (_, other) => {
+            bail!("unknown --arch {other:?} (llama, qwen2, qwen3, granite, smollm3, qwen3moe)")
+        }
     };
     let mut fx = match (arch, a.shape.as_str()) {
         (Arch::Qwen3, "tiny") => Fixture::tiny_qwen3(ty),
         (Arch::SmolLM3, "tiny") => Fixture::tiny_smollm3(ty),
+        (Arch::Qwen3Moe, "tiny") => Fixture::tiny_qwen3moe(ty),
+        (Arch::Qwen3Moe, "moe") => Fixture::shape("moe", ty).expect("a known shape"),
+        (Arch::Qwen3Moe, other) | (_, other @ "moe") => {
+            bail!("--shape {other} goes with --arch qwen3moe only, and qwen3moe with tiny or moe")
+        }
         _ => Fixture::shape(&a.shape, ty)
-            .ok_or_else(|| anyhow!("unknown shape {:?} (tiny, 135m, 1b)", a.shape))?,
+            .ok_or_else(|| anyhow!("unknown shape {:?} (tiny, 135m, 1b, moe)", a.shape))?,
     };
     if arch == Arch::Granite {
         fx.scales = Fixture::tiny_granite(ty).scales;

@@ -21,6 +21,9 @@ pub enum Arch {
     Granite,
     /// Hugging Face SmolLM3: Llama with no RoPE on every 4th layer (NoPE).
     SmolLM3,
+    /// Qwen3 mixture of experts (Qwen3-30B-A3B): Qwen3 attention, every
+    /// FFN a softmax-routed set of experts ([`Moe`]).
+    Qwen3Moe,
 }
 
 impl Arch {
@@ -31,6 +34,7 @@ impl Arch {
             Arch::Qwen3 => "qwen3",
             Arch::Granite => "granite",
             Arch::SmolLM3 => "smollm3",
+            Arch::Qwen3Moe => "qwen3moe",
         }
     }
 }
@@ -62,6 +66,20 @@ pub struct Config {
     /// Layers whose Q and K are not rotated (SmolLM3's NoPE layers); empty
     /// when every layer uses RoPE.
     pub no_rope: Vec<bool>,
+    /// Mixture-of-experts FFNs (every layer), if the model has them.
+    pub moe: Option<Moe>,
+}
+
+/// A mixture-of-experts FFN: a router picks `top_k` of `n_experts` SwiGLU
+/// experts per token by softmax probability; their outputs are summed,
+/// weighted by those probabilities (renormalized to sum 1 if `norm_topk`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Moe {
+    pub n_experts: usize,
+    pub top_k: usize,
+    /// Hidden width of each expert.
+    pub expert_ffn_dim: usize,
+    pub norm_topk: bool,
 }
 
 /// Constant factors some families apply around the standard blocks.
@@ -154,6 +172,17 @@ impl Config {
                 self.n_layers
             ));
         }
+        if let Some(m) = self.moe {
+            if m.n_experts == 0 || m.top_k == 0 || m.top_k > m.n_experts || m.expert_ffn_dim == 0 {
+                return bad(format!(
+                    "{} of {} experts (width {}) is not a valid mixture",
+                    m.top_k, m.n_experts, m.expert_ffn_dim
+                ));
+            }
+            if m.n_experts > 1024 {
+                return bad(format!("{} experts is implausibly many", m.n_experts));
+            }
+        }
         let sc = self.scales;
         if ![
             sc.embedding,
@@ -181,6 +210,7 @@ impl Config {
             "qwen3" => Arch::Qwen3,
             "granite" => Arch::Granite,
             "smollm3" => Arch::SmolLM3,
+            "qwen3moe" => Arch::Qwen3Moe,
             other => {
                 return Err(Error::UnknownArchitecture {
                     file: file.to_owned(),
@@ -202,6 +232,21 @@ impl Config {
             });
         }
         let n_layers = usize_key(h, file, &k("block_count"))?;
+        let moe = match arch {
+            Arch::Qwen3Moe => Some(Moe {
+                n_experts: usize_key(h, file, &k("expert_count"))?,
+                top_k: usize_key(h, file, &k("expert_used_count"))?,
+                expert_ffn_dim: usize_key(h, file, &k("expert_feed_forward_length"))?,
+                // llama.cpp renormalizes Qwen3-MoE's top-k weights (no key says so).
+                norm_topk: true,
+            }),
+            _ => None,
+        };
+        // MoE files may leave the (unused) dense width out.
+        let ffn_dim = match moe {
+            Some(m) => opt_usize(h, file, &k("feed_forward_length"))?.unwrap_or(m.expert_ffn_dim),
+            None => usize_key(h, file, &k("feed_forward_length"))?,
+        };
         let scaling = h
             .get(&k("rope.scaling.type"))
             .and_then(|v| v.as_str())
@@ -219,18 +264,18 @@ impl Config {
             n_heads,
             n_kv_heads,
             head_dim,
-            ffn_dim: usize_key(h, file, &k("feed_forward_length"))?,
+            ffn_dim,
             norm_eps: opt_f32(h, file, &k("attention.layer_norm_rms_epsilon"))?.unwrap_or(1e-5),
             context_length: opt_usize(h, file, &k("context_length"))?.unwrap_or(2048),
             rope_base: opt_f32(h, file, &k("rope.freq_base"))?.unwrap_or(10000.0),
             rope_style: match arch {
                 Arch::Llama | Arch::Granite | Arch::SmolLM3 => RopeStyle::Normal,
-                Arch::Qwen2 | Arch::Qwen3 => RopeStyle::Neox,
+                Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe => RopeStyle::Neox,
             },
             rope_freq_scale,
             rope_freq_factors: None,
             qkv_bias: arch == Arch::Qwen2,
-            qk_norm: arch == Arch::Qwen3,
+            qk_norm: matches!(arch, Arch::Qwen3 | Arch::Qwen3Moe),
             scales: Scales {
                 embedding: opt_f32(h, file, &k("embedding_scale"))?.unwrap_or(1.0),
                 residual: opt_f32(h, file, &k("residual_scale"))?.unwrap_or(1.0),
@@ -242,6 +287,7 @@ impl Config {
                 Arch::SmolLM3 => every_nth_without_rope(n_layers, 4),
                 _ => Vec::new(),
             },
+            moe,
         }
         .validate(file)
     }
@@ -264,6 +310,7 @@ impl Config {
             "Qwen3ForCausalLM" | "qwen3" => Arch::Qwen3,
             "GraniteForCausalLM" | "granite" => Arch::Granite,
             "SmolLM3ForCausalLM" | "smollm3" => Arch::SmolLM3,
+            "Qwen3MoeForCausalLM" | "qwen3_moe" => Arch::Qwen3Moe,
             other => {
                 return Err(Error::UnknownArchitecture {
                     file: file.to_owned(),
@@ -292,6 +339,10 @@ impl Config {
                 }
             }
         }
+        let moe = match arch {
+            Arch::Qwen3Moe => Some(hf_moe(&c, file)?),
+            _ => None,
+        };
         Config {
             arch,
             vocab_size: c.vocab_size,
@@ -300,7 +351,10 @@ impl Config {
             n_heads: c.num_attention_heads,
             n_kv_heads,
             head_dim,
-            ffn_dim: c.intermediate_size,
+            ffn_dim: c
+                .intermediate_size
+                .or(moe.map(|m| m.expert_ffn_dim))
+                .unwrap_or(0),
             norm_eps: c.rms_norm_eps.unwrap_or(1e-6),
             context_length: c.max_position_embeddings.unwrap_or(2048),
             rope_base,
@@ -309,7 +363,7 @@ impl Config {
             rope_freq_scale: freq_scale,
             rope_freq_factors: factors,
             qkv_bias: arch == Arch::Qwen2 || c.attention_bias.unwrap_or(false),
-            qk_norm: arch == Arch::Qwen3,
+            qk_norm: matches!(arch, Arch::Qwen3 | Arch::Qwen3Moe),
             scales: Scales {
                 embedding: c.embedding_multiplier.unwrap_or(1.0),
                 residual: c.residual_multiplier.unwrap_or(1.0),
@@ -325,6 +379,7 @@ impl Config {
                 ),
                 (None, _) => Vec::new(),
             },
+            moe,
         }
         .validate(file)
     }
@@ -338,7 +393,7 @@ pub struct HfConfig {
     pub model_type: Option<String>,
     pub vocab_size: usize,
     pub hidden_size: usize,
-    pub intermediate_size: usize,
+    pub intermediate_size: Option<usize>,
     pub num_hidden_layers: usize,
     pub num_attention_heads: usize,
     pub num_key_value_heads: Option<usize>,
@@ -357,6 +412,14 @@ pub struct HfConfig {
     pub residual_multiplier: Option<f32>,
     pub attention_multiplier: Option<f32>,
     pub logits_scaling: Option<f32>,
+    /// Qwen3-MoE's experts.
+    pub num_experts: Option<usize>,
+    pub num_experts_per_tok: Option<usize>,
+    pub moe_intermediate_size: Option<usize>,
+    pub norm_topk_prob: Option<bool>,
+    pub decoder_sparse_step: Option<usize>,
+    #[serde(default)]
+    pub mlp_only_layers: Vec<usize>,
     pub bos_token_id: Option<serde_json::Value>,
     pub eos_token_id: Option<serde_json::Value>,
 }
@@ -394,6 +457,31 @@ pub fn llama3_freq_factors(head_dim: usize, base: f32, s: &RopeScaling) -> Vec<f
             }
         })
         .collect()
+}
+
+/// The experts of a Qwen3-MoE `config.json`; models that mix dense and MoE
+/// layers (`decoder_sparse_step` > 1, `mlp_only_layers`) are refused.
+fn hf_moe(c: &HfConfig, file: &str) -> Result<Moe> {
+    let missing = |key: &str| Error::MissingKey {
+        file: file.to_owned(),
+        key: key.to_owned(),
+    };
+    if c.decoder_sparse_step.unwrap_or(1) != 1 || !c.mlp_only_layers.is_empty() {
+        return Err(Error::Config {
+            file: file.to_owned(),
+            what: "models mixing dense and mixture-of-experts layers are not supported".into(),
+        });
+    }
+    Ok(Moe {
+        n_experts: c.num_experts.ok_or_else(|| missing("num_experts"))?,
+        top_k: c
+            .num_experts_per_tok
+            .ok_or_else(|| missing("num_experts_per_tok"))?,
+        expert_ffn_dim: c
+            .moe_intermediate_size
+            .ok_or_else(|| missing("moe_intermediate_size"))?,
+        norm_topk: c.norm_topk_prob.unwrap_or(false),
+    })
 }
 
 /// Layers `n - 1, 2n - 1, ...` (1-based: every `n`-th) without RoPE.
@@ -446,5 +534,46 @@ fn opt_f32(h: &GgufHeader, file: &str, key: &str) -> Result<Option<f32>> {
                 key: key.to_owned(),
                 want: "number",
             }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn qwen3moe_json(extra: &str) -> String {
+        format!(
+            r#"{{"architectures": ["Qwen3MoeForCausalLM"], "vocab_size": 100,
+            "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "num_experts": 8, "moe_intermediate_size": 32 {extra}}}"#
+        )
+    }
+
+    #[test]
+    fn mixtures_of_experts_are_checked() {
+        let c = Config::from_hf_json(
+            &qwen3moe_json(r#", "num_experts_per_tok": 2, "norm_topk_prob": true"#),
+            "c",
+        )
+        .unwrap();
+        let want = Moe {
+            n_experts: 8,
+            top_k: 2,
+            expert_ffn_dim: 32,
+            norm_topk: true,
+        };
+        assert_eq!(c.moe, Some(want));
+        assert!(c.qk_norm);
+        // The dense width defaults to the experts' where the file has none.
+        assert_eq!(c.ffn_dim, 32);
+        let err = |extra: &str| {
+            Config::from_hf_json(&qwen3moe_json(extra), "c")
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(err("").contains("num_experts_per_tok"), "{}", err(""));
+        assert!(err(r#", "num_experts_per_tok": 9"#).contains("9 of 8 experts"));
+        let mixed = err(r#", "num_experts_per_tok": 2, "mlp_only_layers": [1]"#);
+        assert!(mixed.contains("mixing dense"), "{mixed}");
     }
 }

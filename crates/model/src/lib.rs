@@ -1,7 +1,8 @@
 //! hasten-model: from model files to tokens.
 //!
 //! Owns the file formats (GGUF, safetensors + config.json), the resolved
-//! model configuration, the Llama-family forward pass over a batch of
+//! model configuration, the Llama-family forward pass (dense or
+//! mixture-of-experts FFNs) over a batch of
 //! sequences and a paged KV cache, the tokenizer and incremental
 //! detokenizer, chat templates, and sampling. Nothing here does network I/O
 //! or async; the only `unsafe` is the memory map in [`mmap`].
@@ -16,6 +17,7 @@ pub mod kv;
 pub mod llama;
 pub mod loader;
 pub mod mmap;
+pub mod moe;
 pub mod prompt;
 pub mod safetensors;
 pub mod sampler;

@@ -14,12 +14,14 @@
 //!     a = attention(q, cache[0..=pos]) ; x += a·Wo         (T, dim)
 //!     h = rmsnorm(x) ; x += (silu(h·Wg) * h·Wu)·Wd         (T, ffn) -> (T, dim)
 //! logits = rmsnorm(x[last of each sequence]) · Wout      (S, vocab)
+//! (qwen3moe: the FFN is a routed mixture of experts, see `crate::moe`)
 //! (smollm3: no RoPE on every 4th layer; granite: embeddings, each block's output, the attention scale and the
 //! logits carry constant multipliers, `Config::scales`)
 //! ```
 
 use crate::config::{Arch, Config};
 use crate::kv::KvCache;
+use crate::moe::{MoeFfn, MoeScratch};
 use crate::weights::{Tensor, TensorSource};
 use crate::{Error, Result};
 use hasten_kernels::attention::{attend_tile, tile_scores_len, HeadView};
@@ -102,9 +104,37 @@ struct Layer {
     qk_norm: Option<[Vec<f32>; 2]>,
     wo: Tensor,
     ffn_norm: Vec<f32>,
-    w_gate: Tensor,
-    w_up: Tensor,
-    w_down: Tensor,
+    ffn: Ffn,
+}
+
+/// A layer's feed-forward block.
+#[derive(Debug)]
+enum Ffn {
+    /// SwiGLU: `(silu(h·Wg) * h·Wu)·Wd`.
+    Dense {
+        gate: Tensor,
+        up: Tensor,
+        down: Tensor,
+    },
+    /// Routed experts ([`crate::moe`]).
+    Moe(MoeFfn),
+}
+
+impl Ffn {
+    fn matrices_mut(&mut self) -> Vec<&mut Tensor> {
+        match self {
+            Ffn::Dense { gate, up, down } => vec![gate, up, down],
+            Ffn::Moe(m) => m.matrices_mut().collect(),
+        }
+    }
+
+    /// Bytes one token's pass reads.
+    fn active_bytes(&self) -> usize {
+        match self {
+            Ffn::Dense { gate, up, down } => [gate, up, down].iter().map(|t| t.data().len()).sum(),
+            Ffn::Moe(m) => m.active_bytes(),
+        }
+    }
 }
 
 /// Consecutive tokens of one sequence whose attention runs as one tile.
@@ -218,6 +248,7 @@ pub struct Scratch {
     logits: Vec<f32>,
     /// (sequence index, position) of each stacked token.
     tok: Vec<(usize, usize)>,
+    moe: Option<MoeScratch>,
 }
 
 impl Scratch {
@@ -238,6 +269,7 @@ impl Scratch {
             last: vec![0.0; max_seqs * c.dim],
             logits: vec![0.0; max_seqs * c.vocab_size],
             tok: Vec::with_capacity(t),
+            moe: c.moe.as_ref().map(|m| MoeScratch::new(c, m, t)),
         }
     }
 }
@@ -285,9 +317,14 @@ impl Model {
                 bias,
                 wo: src.get_shaped(&l("o"), &[qd, dim])?,
                 ffn_norm: vec_f32(&l("ffn_norm"), dim)?,
-                w_gate: src.get_shaped(&l("gate"), &[dim, ffn])?,
-                w_up: src.get_shaped(&l("up"), &[dim, ffn])?,
-                w_down: src.get_shaped(&l("down"), &[ffn, dim])?,
+                ffn: match c.moe {
+                    Some(m) => Ffn::Moe(MoeFfn::load(src, naming, i, c, m)?),
+                    None => Ffn::Dense {
+                        gate: src.get_shaped(&l("gate"), &[dim, ffn])?,
+                        up: src.get_shaped(&l("up"), &[dim, ffn])?,
+                        down: src.get_shaped(&l("down"), &[ffn, dim])?,
+                    },
+                },
             });
         }
         let mut config = config;
@@ -313,15 +350,10 @@ impl Model {
             // Repacking reads every weight once: spread the layers over the cores.
             hasten_kernels::threads::par_chunks(&mut layers, 1, Threads::available(), |_, ls| {
                 for l in ls {
-                    for t in [
-                        &mut l.wq,
-                        &mut l.wk,
-                        &mut l.wv,
-                        &mut l.wo,
-                        &mut l.w_gate,
-                        &mut l.w_up,
-                        &mut l.w_down,
-                    ] {
+                    for t in [&mut l.wq, &mut l.wk, &mut l.wv, &mut l.wo] {
+                        t.pack();
+                    }
+                    for t in l.ffn.matrices_mut() {
                         t.pack();
                     }
                 }
@@ -338,13 +370,15 @@ impl Model {
         })
     }
 
-    /// Bytes of weights read per forward pass (all matrices once).
+    /// Bytes of weights one token's forward pass reads (every matrix once;
+    /// of a mixture, the router and `top_k` experts).
     pub fn weight_bytes(&self) -> usize {
         let per_layer = |l: &Layer| {
-            [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]
+            [&l.wq, &l.wk, &l.wv, &l.wo]
                 .iter()
                 .map(|t| t.data().len())
                 .sum::<usize>()
+                + l.ffn.active_bytes()
         };
         self.layers.iter().map(per_layer).sum::<usize>() + self.output.data().len()
     }
@@ -521,11 +555,25 @@ impl Model {
             par_elementwise(x, proj, threads, PAR_ADD, add_assign);
             // Feed-forward.
             norm_rows(x, &layer.ffn_norm, c.norm_eps, h, dim, threads);
-            let (gate, up) = (&mut s.gate[..t * ffn], &mut s.up[..t * ffn]);
-            matmul(&layer.w_gate.matrix()?, h, gate, threads)?;
-            matmul(&layer.w_up.matrix()?, h, up, threads)?;
-            par_elementwise(gate, up, threads, PAR_SILU, silu_mul);
-            matmul(&layer.w_down.matrix()?, gate, proj, threads)?;
+            match &layer.ffn {
+                Ffn::Dense {
+                    gate: wg,
+                    up: wu,
+                    down: wd,
+                } => {
+                    let (gate, up) = (&mut s.gate[..t * ffn], &mut s.up[..t * ffn]);
+                    matmul(&wg.matrix()?, h, gate, threads)?;
+                    matmul(&wu.matrix()?, h, up, threads)?;
+                    par_elementwise(gate, up, threads, PAR_SILU, silu_mul);
+                    matmul(&wd.matrix()?, gate, proj, threads)?;
+                }
+                Ffn::Moe(m) => {
+                    let ms = s.moe.as_mut().ok_or_else(|| {
+                        Error::Batch("scratch made for a model without experts".into())
+                    })?;
+                    m.forward(h, proj, dim, ms, threads)?;
+                }
+            }
             scale_rows(proj, sc.residual);
             par_elementwise(x, proj, threads, PAR_ADD, add_assign);
         }

@@ -1,12 +1,13 @@
 //! Seeded synthetic models for tests, goldens and benchmarks.
 //!
-//! A [`Fixture`] describes a Llama, Qwen2 or Qwen3 shape; its weights are drawn
+//! A [`Fixture`] describes a model shape of one of the supported families
+//! (mixtures of experts included); its weights are drawn
 //! from a ChaCha RNG in Hugging Face layout, then written either as GGUF
 //! (llama.cpp names, Q/K rows permuted for `llama` as llama.cpp's converter
 //! does, quantized to the chosen type) or as safetensors + `config.json`.
 //! The same seed gives the same model in both formats, bit for bit.
 
-use crate::config::{Arch, Scales};
+use crate::config::{Arch, Moe, Scales};
 use crate::gguf::{GgufFile, GgufWriter, Value};
 use crate::{Error, Result};
 use hasten_kernels::quant::quantize_row;
@@ -43,6 +44,8 @@ pub struct Fixture {
     pub bigram: f32,
     /// Granite's multipliers, written for `Arch::Granite` only.
     pub scales: Scales,
+    /// The experts of `Arch::Qwen3Moe` (every layer's FFN).
+    pub moe: Option<Moe>,
 }
 
 impl Fixture {
@@ -65,6 +68,22 @@ impl Fixture {
             layer_scale: 0.3,
             bigram: 0.45,
             scales: Scales::default(),
+            moe: None,
+        }
+    }
+
+    /// The tiny Qwen3 shape with a mixture of 8 experts (2 per token) of
+    /// width 128 in every layer.
+    pub fn tiny_qwen3moe(ty: GgmlType) -> Self {
+        Fixture {
+            arch: Arch::Qwen3Moe,
+            moe: Some(Moe {
+                n_experts: 8,
+                top_k: 2,
+                expert_ffn_dim: 128,
+                norm_topk: true,
+            }),
+            ..Self::tiny_qwen3(ty)
         }
     }
 
@@ -93,12 +112,29 @@ impl Fixture {
         }
     }
 
-    /// A benchmark shape by name: `135m` (SmolLM2-135M) or `1b` (TinyLlama-1.1B).
+    /// A benchmark shape by name: `135m` (SmolLM2-135M), `1b`
+    /// (TinyLlama-1.1B) or `moe` (Qwen3-30B-A3B's layers, 12 of its 48,
+    /// with 32 of its 128 experts: 2.2B parameters, 0.75B active per token).
     pub fn shape(name: &str, ty: GgmlType) -> Option<Self> {
         let (dim, n_layers, n_heads, n_kv_heads, ffn_dim) = match name {
             "135m" => (576, 30, 9, 3, 1536),
             "1b" => (2048, 22, 32, 4, 5632),
             "tiny" => return Some(Self::tiny(ty)),
+            "moe" => {
+                return Some(Fixture {
+                    arch: Arch::Qwen3Moe,
+                    n_layers: 12,
+                    head_dim: 128,
+                    ffn_dim: 6144,
+                    moe: Some(Moe {
+                        n_experts: 32,
+                        top_k: 8,
+                        expert_ffn_dim: 768,
+                        norm_topk: true,
+                    }),
+                    ..Self::shape("1b", ty)?
+                })
+            }
             _ => return None,
         };
         Some(Fixture {
@@ -213,30 +249,37 @@ impl Fixture {
                 w * ls / (qd as f32 / d as f32).sqrt(),
                 &mut rng,
             );
-            mat(
-                &mut out,
-                format!("{p}.mlp.gate_proj.weight"),
-                f,
-                d,
-                w,
-                &mut rng,
-            );
-            mat(
-                &mut out,
-                format!("{p}.mlp.up_proj.weight"),
-                f,
-                d,
-                w,
-                &mut rng,
-            );
-            mat(
-                &mut out,
-                format!("{p}.mlp.down_proj.weight"),
-                d,
-                f,
-                ls / (f as f32).sqrt(),
-                &mut rng,
-            );
+            let experts: Vec<String> = match self.moe {
+                Some(m) => {
+                    // Router logits of unit spread: several experts compete.
+                    mat(
+                        &mut out,
+                        format!("{p}.mlp.gate.weight"),
+                        m.n_experts,
+                        d,
+                        2.0 * w,
+                        &mut rng,
+                    );
+                    (0..m.n_experts)
+                        .map(|e| format!("{p}.mlp.experts.{e}"))
+                        .collect()
+                }
+                None => vec![format!("{p}.mlp")],
+            };
+            let f = self.moe.map_or(f, |m| m.expert_ffn_dim);
+            for e in experts {
+                mat(&mut out, format!("{e}.gate_proj.weight"), f, d, w, &mut rng);
+                mat(&mut out, format!("{e}.up_proj.weight"), f, d, w, &mut rng);
+                let std = ls / (f as f32).sqrt();
+                mat(
+                    &mut out,
+                    format!("{e}.down_proj.weight"),
+                    d,
+                    f,
+                    std,
+                    &mut rng,
+                );
+            }
             if self.arch == Arch::Qwen2 {
                 mat(
                     &mut out,
@@ -263,7 +306,7 @@ impl Fixture {
                     &mut rng,
                 );
             }
-            if self.arch == Arch::Qwen3 {
+            if matches!(self.arch, Arch::Qwen3 | Arch::Qwen3Moe) {
                 for norm in ["q_norm", "k_norm"] {
                     let v: Vec<f32> = (0..hd).map(|_| 1.0 + 0.1 * gaussian(&mut rng)).collect();
                     out.push((format!("{p}.self_attn.{norm}.weight"), vec![hd], v));
@@ -319,6 +362,14 @@ impl Fixture {
                 )
                 .kv(&format!("{a}.logit_scale"), Value::F32(sc.logit));
         }
+        if let Some(m) = self.moe {
+            w.kv(&format!("{a}.expert_count"), u(m.n_experts))
+                .kv(&format!("{a}.expert_used_count"), u(m.top_k))
+                .kv(
+                    &format!("{a}.expert_feed_forward_length"),
+                    u(m.expert_ffn_dim),
+                );
+        }
         if self.head_dim * self.n_heads != self.dim {
             w.kv(&format!("{a}.attention.key_length"), u(self.head_dim))
                 .kv(&format!("{a}.attention.value_length"), u(self.head_dim));
@@ -344,7 +395,7 @@ impl Fixture {
         let hd = self.head_dim;
         // llama.cpp permutes Q/K rows for its interleaved RoPE (`llama` only).
         let permute = matches!(self.arch, Arch::Llama | Arch::Granite | Arch::SmolLM3);
-        for (name, shape, data) in self.hf_weights() {
+        for (name, shape, data) in stack_experts(self.hf_weights()) {
             let gname = gguf_name(&name);
             let data = match name.rsplit('.').nth(1) {
                 Some("q_proj") if permute && name.ends_with("weight") => {
@@ -356,8 +407,8 @@ impl Fixture {
                 _ => data,
             };
             let dims: Vec<usize> = shape.iter().rev().copied().collect();
-            // Norms and biases stay f32, as llama.cpp's quantizer leaves them.
-            let ty = if shape.len() == 1 {
+            // Norms, biases and routers stay f32, as llama.cpp's quantizer leaves them.
+            let ty = if shape.len() == 1 || gname.ends_with("ffn_gate_inp.weight") {
                 GgmlType::F32
             } else {
                 self.ty
@@ -388,6 +439,7 @@ impl Fixture {
             Arch::Qwen3 => "Qwen3ForCausalLM",
             Arch::Granite => "GraniteForCausalLM",
             Arch::SmolLM3 => "SmolLM3ForCausalLM",
+            Arch::Qwen3Moe => "Qwen3MoeForCausalLM",
         };
         let config = serde_json::json!({
             "architectures": [arch], "vocab_size": self.vocab_size, "hidden_size": self.dim,
@@ -403,6 +455,12 @@ impl Fixture {
                 .map(|i| u8::from((i + 1) % 4 != 0))
                 .collect();
             config["no_rope_layers"] = uses.into();
+        }
+        if let Some(m) = self.moe {
+            config["num_experts"] = m.n_experts.into();
+            config["num_experts_per_tok"] = m.top_k.into();
+            config["moe_intermediate_size"] = m.expert_ffn_dim.into();
+            config["norm_topk_prob"] = m.norm_topk.into();
         }
         if self.arch == Arch::Granite {
             let sc = self.scales;
@@ -434,6 +492,32 @@ impl Fixture {
                 what: e.to_string(),
             })
     }
+}
+
+/// The Hugging Face weights with each layer's per-expert matrices joined
+/// into llama.cpp's stacked 3-D tensors (`[n_experts, rows, cols]`, named
+/// `model.layers.i.mlp.experts.{gate,up,down}_proj.weight`, which
+/// [`gguf_name`] maps to `blk.i.ffn_*_exps.weight`); other tensors pass.
+fn stack_experts(
+    weights: Vec<(String, Vec<usize>, Vec<f32>)>,
+) -> Vec<(String, Vec<usize>, Vec<f32>)> {
+    let mut out: Vec<(String, Vec<usize>, Vec<f32>)> = Vec::new();
+    for (name, shape, data) in weights {
+        let Some((prefix, rest)) = name.split_once(".mlp.experts.") else {
+            out.push((name, shape, data));
+            continue;
+        };
+        let (e, part) = rest.split_once('.').unwrap_or(("0", rest));
+        let stacked = format!("{prefix}.mlp.experts.{part}");
+        match out.iter_mut().find(|(n, _, _)| *n == stacked) {
+            Some((_, s, d)) if e != "0" => {
+                s[0] += 1;
+                d.extend_from_slice(&data);
+            }
+            _ => out.push((stacked, [vec![1], shape].concat(), data)),
+        }
+    }
+    out
 }
 
 /// Encodes rows of `row_len` values as `ty`, in parallel.
@@ -505,6 +589,10 @@ pub fn gguf_name(hf: &str) -> String {
         "mlp.gate_proj.weight" => "ffn_gate.weight",
         "mlp.up_proj.weight" => "ffn_up.weight",
         "mlp.down_proj.weight" => "ffn_down.weight",
+        "mlp.gate.weight" => "ffn_gate_inp.weight",
+        "mlp.experts.gate_proj.weight" => "ffn_gate_exps.weight",
+        "mlp.experts.up_proj.weight" => "ffn_up_exps.weight",
+        "mlp.experts.down_proj.weight" => "ffn_down_exps.weight",
         other => other,
     };
     format!("blk.{i}.{part}")

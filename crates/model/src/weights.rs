@@ -54,6 +54,32 @@ impl Tensor {
         }
     }
 
+    /// Slice `e` of a 3-D tensor `[cols, rows, n]` (one expert of a
+    /// stacked mixture) as a 2-D tensor `[cols, rows]` over the same bytes.
+    pub fn slice_3d(&self, e: usize) -> Result<Tensor> {
+        let &[cols, rows, n] = self.dims.as_slice() else {
+            return Err(Error::Malformed {
+                file: self.name.clone(),
+                what: format!("expected a 3-D tensor, got dims {:?}", self.dims),
+            });
+        };
+        let bytes = self.ty.row_bytes(cols)? * rows;
+        if e >= n || bytes * n != self.len {
+            return Err(Error::Malformed {
+                file: self.name.clone(),
+                what: format!("slice {e} of {n} does not fit {} bytes", self.len),
+            });
+        }
+        Ok(Tensor::new(
+            format!("{}[{e}]", self.name),
+            self.ty,
+            vec![cols, rows],
+            self.bytes.clone(),
+            self.start + e * bytes,
+            bytes,
+        ))
+    }
+
     pub fn data(&self) -> &[u8] {
         &self.bytes.as_slice()[self.start..self.start + self.len]
     }

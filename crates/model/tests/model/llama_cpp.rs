@@ -105,7 +105,7 @@ fn logits_and_greedy_tokens_match_llama_cpp() {
 }
 
 #[test]
-fn qwen3_granite_smollm3_log_probabilities_and_greedy_tokens_match_llama_server() {
+fn qwen3_granite_smollm3_moe_log_probabilities_and_greedy_tokens_match_llama_server() {
     check_golden(SERVER_GOLDEN);
 }
 
@@ -132,6 +132,7 @@ fn check_golden(text: &str) {
             Some("qwen3") => Fixture::tiny_qwen3(ty),
             Some("granite") => Fixture::tiny_granite(ty),
             Some("smollm3") => Fixture::tiny_smollm3(ty),
+            Some("qwen3moe") => Fixture::tiny_qwen3moe(ty),
             _ if args.contains(&"--qwen2") => Fixture {
                 arch: Arch::Qwen2,
                 ..Fixture::tiny(ty)

@@ -25,6 +25,7 @@ fn small(ty: GgmlType, arch: Arch) -> Fixture {
         Arch::Qwen3 => Fixture::tiny_qwen3(ty),
         Arch::Granite => Fixture::tiny_granite(ty),
         Arch::SmolLM3 => Fixture::tiny_smollm3(ty),
+        Arch::Qwen3Moe => Fixture::tiny_qwen3moe(ty),
         _ => Fixture::tiny(ty),
     };
     Fixture {
@@ -60,6 +61,7 @@ fn safetensors_and_gguf_give_the_same_logits() {
         Arch::Qwen3,
         Arch::Granite,
         Arch::SmolLM3,
+        Arch::Qwen3Moe,
     ] {
         let fx = small(GgmlType::F32, arch);
         let dir = tempfile::tempdir().unwrap();
@@ -95,9 +97,16 @@ fn chunked_prefill_equals_token_by_token() {
     assert!(max_diff(&whole, &last) < 1e-3);
 }
 
+/// Also for a mixture of experts, whose layers group the batch's tokens
+/// by expert: sequences sharing experts must not leak into each other.
 #[test]
 fn a_batch_of_sequences_equals_each_alone() {
-    let fx = small(GgmlType::Q4_0, Arch::Qwen2);
+    for arch in [Arch::Qwen2, Arch::Qwen3Moe] {
+        batch_equals_alone(small(GgmlType::Q4_0, arch));
+    }
+}
+
+fn batch_equals_alone(fx: Fixture) {
     let dir = tempfile::tempdir().unwrap();
     let m = gguf_model(&fx, &dir);
     let t = Threads::new(2).unwrap();
