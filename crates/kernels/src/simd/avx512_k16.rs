@@ -24,7 +24,7 @@ use std::arch::x86_64::*;
 /// Both `a + off` and `b + off` must have 8 readable bytes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn join8(a: *const u8, b: *const u8, off: usize) -> __m128i {
+pub(super) unsafe fn join8(a: *const u8, b: *const u8, off: usize) -> __m128i {
     // SAFETY: the caller's contract.
     unsafe {
         _mm_unpacklo_epi64(
@@ -41,7 +41,7 @@ unsafe fn join8(a: *const u8, b: *const u8, off: usize) -> __m128i {
 /// `a` and `b` must have 8 readable bytes at `off0` and `off1`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn pairs(
+pub(super) unsafe fn pairs(
     a: *const u8,
     b: *const u8,
     off0: usize,
@@ -59,7 +59,7 @@ unsafe fn pairs(
 }
 
 /// The blocks every group and activation row holds in full.
-fn whole_blocks(groups: [&[u8]; 2], x: &[&[u8]; X8_N], unit: usize) -> usize {
+pub(super) fn whole_blocks(groups: [&[u8]; 2], x: &[&[u8]; X8_N], unit: usize) -> usize {
     x.iter().fold(
         (groups[0].len() / unit).min(groups[1].len() / unit),
         |m, r| m.min(r.len() / Q8K),
@@ -71,7 +71,7 @@ fn whole_blocks(groups: [&[u8]; 2], x: &[&[u8]; X8_N], unit: usize) -> usize {
 /// # Safety
 /// `bx` must point at a whole Q8_K block.
 #[inline]
-unsafe fn sum_pair(bx: *const u8, p: usize) -> i32 {
+pub(super) unsafe fn sum_pair(bx: *const u8, p: usize) -> i32 {
     // SAFETY: block sums (16 x i16) lie at 260.
     unsafe { (bx.add(260 + 4 * p) as *const i32).read_unaligned() }
 }

@@ -11,6 +11,8 @@
 //!   through the activation terms (IQ4_NL: the kernel table's offset 128,
 //!   as for Q8_0) or the Q8_K block sums (IQ4_XS).
 //!
+//! The sixteen-row IQ4_XS kernel follows [`super::avx512_k16`]'s Q6_K one.
+//!
 //! Handed out by [`crate::cpu::Kernels::for_isa`] only after the features
 //! each function enables were detected: the safety condition of every
 //! function below.
@@ -18,7 +20,8 @@
 #![allow(unsafe_code)]
 
 use super::avx2_x8::{bcast4, k8, prep_q4, x8, Q4_UNIT, Q8K};
-use super::avx512_x16::{join_f16, rows16, x16};
+use super::avx512_k16::{join8, pairs, sum_pair, whole_blocks};
+use super::avx512_x16::{bcast4 as bcast16, join, join_f16, rows16, x16};
 use crate::quant::iquants::LEVELS;
 use crate::quant::repack_iq4::IQ4XS_UNIT;
 use crate::rows::{Q8Row, X4_N, X8_N};
@@ -302,3 +305,109 @@ k8!(
     prep_xs_vnni,
     step_xs_vnni
 );
+
+/// IQ4_XS, sixteen rows (two adjacent groups) times [`X8_N`] activation
+/// rows, on 512-bit registers, for prefill and batched decode: each
+/// 64-element chunk's levels (plus 128) are looked up once for all rows.
+pub fn gemm_iq4_xsx16(groups: [&[u8]; 2], x: [&[u8]; X8_N]) -> [[f32; 16]; X8_N] {
+    let nb = whole_blocks(groups, &x, IQ4XS_UNIT);
+    // SAFETY: features detected by the kernel table; `nb` whole blocks everywhere.
+    unsafe {
+        gemm_iq4_xsx16_impl(
+            groups[0].as_ptr(),
+            groups[1].as_ptr(),
+            x.map(|r| r.as_ptr()),
+            nb,
+        )
+    }
+}
+
+/// # Safety
+/// Call only once the CPU's support for the features named in
+/// `target_feature` is known, with `a`, `b` and every row of `x` covering
+/// `nb` whole blocks.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn gemm_iq4_xsx16_impl(
+    a: *const u8,
+    b: *const u8,
+    x: [*const u8; X8_N],
+    nb: usize,
+) -> [[f32; 16]; X8_N] {
+    super::align_frame!();
+    let m4 = _mm512_set1_epi8(0x0f);
+    // SAFETY: LEVELS_U holds 16 bytes.
+    let t = _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(LEVELS_U.as_ptr() as *const __m128i) });
+    let mut acc = [_mm512_setzero_ps(); X8_N];
+    for blk in 0..nb {
+        // SAFETY: (the whole loop body) unit `blk < nb` of both groups and
+        // block `blk` of every activation row exist; offsets are the unit
+        // layout's (see `crate::quant::repack_iq4`): d, multipliers at 16,
+        // nibbles at 80.
+        unsafe {
+            let (ua, ub) = (a.add(blk * IQ4XS_UNIT), b.add(blk * IQ4XS_UNIT));
+            let mut isum = [_mm512_setzero_si512(); X8_N];
+            for c in 0..4 {
+                // Sub-blocks 2c and 2c + 1: low and high halves of four columns each.
+                let mut w = [_mm512_setzero_si512(); 16];
+                for h in 0..2 {
+                    for k in 0..4 {
+                        let v = join(ua, ub, 80 + 128 * (2 * c + h) + 32 * k);
+                        w[8 * h + k] = _mm512_shuffle_epi8(t, _mm512_and_si512(v, m4));
+                        w[8 * h + 4 + k] =
+                            _mm512_shuffle_epi8(t, _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4));
+                    }
+                }
+                let sc: [__m512i; 2] = std::array::from_fn(|h| {
+                    _mm512_cvtepi8_epi32(join8(ua, ub, 16 + 8 * (2 * c + h)))
+                });
+                for (j, s) in isum.iter_mut().enumerate() {
+                    let q8 = x[j].add(blk * Q8K + 4 + 64 * c);
+                    let mut tot = *s;
+                    for h in 0..2 {
+                        let (mut lo, mut hi) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+                        for k in 0..4 {
+                            lo = _mm512_dpbusd_epi32(
+                                lo,
+                                w[8 * h + k],
+                                bcast16(q8.add(32 * h + 4 * k)),
+                            );
+                            hi = _mm512_dpbusd_epi32(
+                                hi,
+                                w[8 * h + 4 + k],
+                                bcast16(q8.add(32 * h + 16 + 4 * k)),
+                            );
+                        }
+                        tot = _mm512_add_epi32(
+                            tot,
+                            _mm512_mullo_epi32(_mm512_add_epi32(lo, hi), sc[h]),
+                        );
+                    }
+                    *s = tot;
+                }
+            }
+            let d = join_f16(ua, ub, 0);
+            // Levels are stored plus 128: take `128 * sum_j sc_j sum(x_j)` back off.
+            let sc_pairs: [__m512i; 4] = std::array::from_fn(|p| {
+                pairs(ua, ub, 16 + 16 * p, 24 + 16 * p, |v| {
+                    _mm256_cvtepi8_epi16(v)
+                })
+            });
+            for (j, a) in acc.iter_mut().enumerate() {
+                let bx = x[j].add(blk * Q8K);
+                let dx = _mm512_set1_ps((bx as *const f32).read_unaligned());
+                let mut osum = _mm512_setzero_si512();
+                for (p, sp) in sc_pairs.iter().enumerate() {
+                    // Sub-block `2p + h` covers Q8_K block sums `4p + 2h`, `4p + 2h + 1`.
+                    let (s0, s1) = (sum_pair(bx, 2 * p), sum_pair(bx, 2 * p + 1));
+                    let lo = (s0 as i16 as i32 + (s0 >> 16)) as u16 as u32;
+                    let hi = (s1 as i16 as i32 + (s1 >> 16)) as u16 as u32;
+                    let pair = _mm512_set1_epi32((lo | hi << 16) as i32);
+                    osum = _mm512_add_epi32(osum, _mm512_madd_epi16(*sp, pair));
+                }
+                let total = _mm512_sub_epi32(isum[j], _mm512_slli_epi32::<7>(osum));
+                *a = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(total), *a);
+            }
+        }
+    }
+    rows16(acc)
+}
