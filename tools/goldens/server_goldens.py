@@ -38,6 +38,8 @@ FIXTURES = [
     ("llama-iq4_xs", ["--type", "iq4_xs"]),
     ("qwen3moe-f32", ["--type", "f32", "--arch", "qwen3moe"]),
     ("qwen3moe-q4_0", ["--type", "q4_0", "--arch", "qwen3moe"]),
+    ("mixtral-f32", ["--type", "f32", "--arch", "mixtral"]),
+    ("mixtral-q8_0", ["--type", "q8_0", "--arch", "mixtral"]),
 ]
 PROMPTS = ["Hello world, how are you?", "The quick brown fox", "1 2 3 4 5"]
 STEPS = 64
@@ -97,9 +99,19 @@ def run_fixture(bin_dir, env, path):
             r = post(base + "/completion", {
                 "prompt": tokens, "n_predict": STEPS, "temperature": 0, "n_probs": TOP,
                 "cache_prompt": False, "ignore_eos": True, "post_sampling_probs": False,
+                "return_tokens": True,
             })
+            # llama-server leaves out the probabilities of a token that ends
+            # in an incomplete UTF-8 sequence (a lone byte token), so the list
+            # can skip a step: keep it only up to the first disagreement with
+            # the tokens actually generated.
+            generated = r.get("tokens")
+            if not generated:
+                raise RuntimeError("llama-server returned no tokens (return_tokens)")
             steps = []
-            for p in r["completion_probabilities"]:
+            for i, p in enumerate(r["completion_probabilities"]):
+                if i >= len(generated) or p["id"] != generated[i]:
+                    break
                 top = [[t["id"], t["logprob"]] for t in p["top_logprobs"]]
                 steps.append({"token": p["id"], "top": top})
             prompts.append({"text": text, "tokens": tokens, "steps": steps})

@@ -30,7 +30,8 @@ pub struct Args {
     /// granite (Llama with embedding, residual, attention and logit
     /// multipliers) or smollm3 (no RoPE on every 4th layer; the tiny shape
     /// gets 4 layers) or qwen3moe (Qwen3 with 8 experts, 2 active, in the
-    /// tiny shape; the moe shape).
+    /// tiny shape; the moe shape) or mixtral (Llama with 8 experts, 2
+    /// active; tiny shape only).
     #[arg(long, default_value = "llama")]
     arch: String,
     /// Same as --arch qwen2.
@@ -45,9 +46,10 @@ pub struct Args {
     /// Context length the model declares (default: the shape's).
     #[arg(long)]
     context: Option<usize>,
-    /// Seed of the random weights (the same seed writes the same file).
-    #[arg(long, default_value_t = 42)]
-    seed: u64,
+    /// Seed of the random weights (the same seed writes the same file;
+    /// default: the fixture's, 42, or 43 for the tiny mixtral).
+    #[arg(long)]
+    seed: Option<u64>,
     /// Vocab-only GGUF whose tokenizer the model carries (default: the
     /// built-in 32000-token llama-spm vocabulary).
     #[arg(long)]
@@ -69,17 +71,19 @@ pub fn main(a: Args) -> Result<()> {
         (_, "granite") => Arch::Granite,
         (_, "smollm3") => Arch::SmolLM3,
         (_, "qwen3moe") => Arch::Qwen3Moe,
+        (_, "mixtral") => Arch::Mixtral,
         (_, other) => {
-            bail!("unknown --arch {other:?} (llama, qwen2, qwen3, granite, smollm3, qwen3moe)")
+            bail!("unknown --arch {other:?} (llama, qwen2, qwen3, granite, smollm3, qwen3moe, mixtral)")
         }
     };
     let mut fx = match (arch, a.shape.as_str()) {
         (Arch::Qwen3, "tiny") => Fixture::tiny_qwen3(ty),
         (Arch::SmolLM3, "tiny") => Fixture::tiny_smollm3(ty),
         (Arch::Qwen3Moe, "tiny") => Fixture::tiny_qwen3moe(ty),
+        (Arch::Mixtral, "tiny") => Fixture::tiny_mixtral(ty),
         (Arch::Qwen3Moe, "moe") => Fixture::shape("moe", ty).expect("a known shape"),
-        (Arch::Qwen3Moe, other) | (_, other @ "moe") => {
-            bail!("--shape {other} goes with --arch qwen3moe only, and qwen3moe with tiny or moe")
+        (Arch::Qwen3Moe | Arch::Mixtral, other) | (_, other @ "moe") => {
+            bail!("--shape {other} goes with --arch qwen3moe only, qwen3moe with tiny or moe, mixtral with tiny")
         }
         _ => Fixture::shape(&a.shape, ty)
             .ok_or_else(|| anyhow!("unknown shape {:?} (tiny, 135m, 1b, moe)", a.shape))?,
@@ -96,7 +100,9 @@ pub fn main(a: Args) -> Result<()> {
         fx.head_dim = hd;
     }
     fx.tied = a.tied;
-    fx.seed = a.seed;
+    if let Some(seed) = a.seed {
+        fx.seed = seed;
+    }
     if let Some(c) = a.context {
         anyhow::ensure!(c >= 1, "--context must be at least 1");
         fx.context_length = c;

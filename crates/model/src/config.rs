@@ -24,6 +24,9 @@ pub enum Arch {
     /// Qwen3 mixture of experts (Qwen3-30B-A3B): Qwen3 attention, every
     /// FFN a softmax-routed set of experts ([`Moe`]).
     Qwen3Moe,
+    /// Mixtral: Llama attention, every FFN a mixture of experts (GGUF
+    /// writes it as `llama` with an expert count).
+    Mixtral,
 }
 
 impl Arch {
@@ -35,6 +38,16 @@ impl Arch {
             Arch::Granite => "granite",
             Arch::SmolLM3 => "smollm3",
             Arch::Qwen3Moe => "qwen3moe",
+            Arch::Mixtral => "mixtral",
+        }
+    }
+
+    /// The `general.architecture` of this family's GGUF files (and the
+    /// prefix of their keys).
+    pub fn gguf_name(self) -> &'static str {
+        match self {
+            Arch::Mixtral => "llama",
+            a => a.name(),
         }
     }
 }
@@ -232,12 +245,21 @@ impl Config {
             });
         }
         let n_layers = usize_key(h, file, &k("block_count"))?;
+        // Mixtral is `llama` with experts (of the dense FFN width, unless
+        // the file says otherwise).
+        let arch = match opt_usize(h, file, &k("expert_count"))? {
+            Some(n) if n > 0 && arch == Arch::Llama => Arch::Mixtral,
+            _ => arch,
+        };
         let moe = match arch {
-            Arch::Qwen3Moe => Some(Moe {
+            Arch::Qwen3Moe | Arch::Mixtral => Some(Moe {
                 n_experts: usize_key(h, file, &k("expert_count"))?,
                 top_k: usize_key(h, file, &k("expert_used_count"))?,
-                expert_ffn_dim: usize_key(h, file, &k("expert_feed_forward_length"))?,
-                // llama.cpp renormalizes Qwen3-MoE's top-k weights (no key says so).
+                expert_ffn_dim: match opt_usize(h, file, &k("expert_feed_forward_length"))? {
+                    Some(w) => w,
+                    None => usize_key(h, file, &k("feed_forward_length"))?,
+                },
+                // llama.cpp renormalizes both families' top-k weights (no key says so).
                 norm_topk: true,
             }),
             _ => None,
@@ -269,7 +291,7 @@ impl Config {
             context_length: opt_usize(h, file, &k("context_length"))?.unwrap_or(2048),
             rope_base: opt_f32(h, file, &k("rope.freq_base"))?.unwrap_or(10000.0),
             rope_style: match arch {
-                Arch::Llama | Arch::Granite | Arch::SmolLM3 => RopeStyle::Normal,
+                Arch::Llama | Arch::Granite | Arch::SmolLM3 | Arch::Mixtral => RopeStyle::Normal,
                 Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe => RopeStyle::Neox,
             },
             rope_freq_scale,
@@ -311,6 +333,7 @@ impl Config {
             "GraniteForCausalLM" | "granite" => Arch::Granite,
             "SmolLM3ForCausalLM" | "smollm3" => Arch::SmolLM3,
             "Qwen3MoeForCausalLM" | "qwen3_moe" => Arch::Qwen3Moe,
+            "MixtralForCausalLM" | "mixtral" => Arch::Mixtral,
             other => {
                 return Err(Error::UnknownArchitecture {
                     file: file.to_owned(),
@@ -340,7 +363,7 @@ impl Config {
             }
         }
         let moe = match arch {
-            Arch::Qwen3Moe => Some(hf_moe(&c, file)?),
+            Arch::Qwen3Moe | Arch::Mixtral => Some(hf_moe(&c, file, arch == Arch::Mixtral)?),
             _ => None,
         };
         Config {
@@ -412,8 +435,9 @@ pub struct HfConfig {
     pub residual_multiplier: Option<f32>,
     pub attention_multiplier: Option<f32>,
     pub logits_scaling: Option<f32>,
-    /// Qwen3-MoE's experts.
+    /// Qwen3-MoE's experts (Mixtral: `num_local_experts`).
     pub num_experts: Option<usize>,
+    pub num_local_experts: Option<usize>,
     pub num_experts_per_tok: Option<usize>,
     pub moe_intermediate_size: Option<usize>,
     pub norm_topk_prob: Option<bool>,
@@ -459,9 +483,11 @@ pub fn llama3_freq_factors(head_dim: usize, base: f32, s: &RopeScaling) -> Vec<f
         .collect()
 }
 
-/// The experts of a Qwen3-MoE `config.json`; models that mix dense and MoE
-/// layers (`decoder_sparse_step` > 1, `mlp_only_layers`) are refused.
-fn hf_moe(c: &HfConfig, file: &str) -> Result<Moe> {
+/// The experts of a Qwen3-MoE or (`mixtral`) Mixtral `config.json`;
+/// models that mix dense and MoE layers (`decoder_sparse_step` > 1,
+/// `mlp_only_layers`) are refused. Mixtral's experts have the dense width
+/// and always renormalize their weights.
+fn hf_moe(c: &HfConfig, file: &str, mixtral: bool) -> Result<Moe> {
     let missing = |key: &str| Error::MissingKey {
         file: file.to_owned(),
         key: key.to_owned(),
@@ -470,6 +496,20 @@ fn hf_moe(c: &HfConfig, file: &str) -> Result<Moe> {
         return Err(Error::Config {
             file: file.to_owned(),
             what: "models mixing dense and mixture-of-experts layers are not supported".into(),
+        });
+    }
+    if mixtral {
+        return Ok(Moe {
+            n_experts: c
+                .num_local_experts
+                .ok_or_else(|| missing("num_local_experts"))?,
+            top_k: c
+                .num_experts_per_tok
+                .ok_or_else(|| missing("num_experts_per_tok"))?,
+            expert_ffn_dim: c
+                .intermediate_size
+                .ok_or_else(|| missing("intermediate_size"))?,
+            norm_topk: true,
         });
     }
     Ok(Moe {
@@ -575,5 +615,20 @@ mod tests {
         assert!(err(r#", "num_experts_per_tok": 9"#).contains("9 of 8 experts"));
         let mixed = err(r#", "num_experts_per_tok": 2, "mlp_only_layers": [1]"#);
         assert!(mixed.contains("mixing dense"), "{mixed}");
+        // Mixtral: experts of the dense width, always renormalized.
+        let c = Config::from_hf_json(
+            r#"{"architectures": ["MixtralForCausalLM"], "vocab_size": 100,
+            "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_local_experts": 8, "num_experts_per_tok": 2}"#,
+            "c",
+        )
+        .unwrap();
+        assert_eq!(c.arch, Arch::Mixtral);
+        let want = Moe {
+            expert_ffn_dim: 96,
+            ..want
+        };
+        assert_eq!(c.moe, Some(want));
+        assert!(!c.qk_norm);
     }
 }

@@ -328,7 +328,7 @@ impl Model {
             });
         }
         let mut config = config;
-        if naming == Naming::Gguf && config.arch == Arch::Llama {
+        if naming == Naming::Gguf && matches!(config.arch, Arch::Llama | Arch::Mixtral) {
             if let Some(t) = src.find("rope_freqs.weight") {
                 config.rope_freq_factors =
                     Some(src.get_shaped(&t.name, &[config.head_dim / 2])?.to_f32()?);

@@ -15,7 +15,7 @@
 //! batch (prefill chunks and decode steps alike) route to it, and an
 //! expert no token picked is not read at all.
 
-use crate::config::{Config, Moe};
+use crate::config::{Arch, Config, Moe};
 use crate::llama::Naming;
 use crate::weights::{Tensor, TensorSource};
 use crate::Result;
@@ -99,18 +99,18 @@ impl MoeFfn {
             }
             Naming::HuggingFace => (0..n)
                 .map(|e| {
-                    let p = |part: &str| format!("model.layers.{i}.mlp.experts.{e}.{part}.weight");
+                    let p = |part: &str| hf_expert(c.arch, i, e, part);
                     Ok(Expert {
-                        gate: src.get_shaped(&p("gate_proj"), &[dim, eff])?,
-                        up: src.get_shaped(&p("up_proj"), &[dim, eff])?,
-                        down: src.get_shaped(&p("down_proj"), &[eff, dim])?,
+                        gate: src.get_shaped(&p("gate"), &[dim, eff])?,
+                        up: src.get_shaped(&p("up"), &[dim, eff])?,
+                        down: src.get_shaped(&p("down"), &[eff, dim])?,
                     })
                 })
                 .collect::<Result<Vec<_>>>()?,
         };
         let router = match naming {
             Naming::Gguf => format!("blk.{i}.ffn_gate_inp.weight"),
-            Naming::HuggingFace => format!("model.layers.{i}.mlp.gate.weight"),
+            Naming::HuggingFace => hf_router(c.arch, i),
         };
         Ok(MoeFfn {
             router: src.get_shaped(&router, &[dim, n])?,
@@ -176,6 +176,33 @@ impl MoeFfn {
         }
         Ok(())
     }
+}
+
+/// The Hugging Face module holding layer `i`'s experts.
+fn hf_moe_module(arch: Arch, i: usize) -> String {
+    match arch {
+        Arch::Mixtral => format!("model.layers.{i}.block_sparse_moe"),
+        _ => format!("model.layers.{i}.mlp"),
+    }
+}
+
+/// The Hugging Face name of layer `i`'s router.
+pub fn hf_router(arch: Arch, i: usize) -> String {
+    format!("{}.gate.weight", hf_moe_module(arch, i))
+}
+
+/// The Hugging Face name of matrix `part` (`gate`, `up` or `down`) of
+/// expert `e` in layer `i`: Qwen3-MoE's `*_proj`, Mixtral's `w1`/`w3`/`w2`.
+pub fn hf_expert(arch: Arch, i: usize, e: usize, part: &str) -> String {
+    let name = match (arch, part) {
+        (Arch::Mixtral, "gate") => "w1",
+        (Arch::Mixtral, "up") => "w3",
+        (Arch::Mixtral, _) => "w2",
+        (_, "gate") => "gate_proj",
+        (_, "up") => "up_proj",
+        _ => "down_proj",
+    };
+    format!("{}.experts.{e}.{name}.weight", hf_moe_module(arch, i))
 }
 
 /// The `k` experts of one token from its router logits `p` (overwritten

@@ -72,6 +72,27 @@ impl Fixture {
         }
     }
 
+    /// The tiny Llama shape as Mixtral: 8 experts (2 per token) of the
+    /// dense width, 512; layers scaled down a little more, since two
+    /// experts add twice a dense FFN's spread to the residual stream.
+    /// (`hasten synth --arch mixtral` writes this seed unless told another.)
+    pub fn tiny_mixtral(ty: GgmlType) -> Self {
+        let t = Self::tiny(ty);
+        Fixture {
+            arch: Arch::Mixtral,
+            layer_scale: 0.2,
+            // Seed 42's greedy paths reach near-ties within a few steps.
+            seed: 43,
+            moe: Some(Moe {
+                n_experts: 8,
+                top_k: 2,
+                expert_ffn_dim: t.ffn_dim,
+                norm_topk: true,
+            }),
+            ..t
+        }
+    }
+
     /// The tiny Qwen3 shape with a mixture of 8 experts (2 per token) of
     /// width 128 in every layer.
     pub fn tiny_qwen3moe(ty: GgmlType) -> Self {
@@ -249,36 +270,27 @@ impl Fixture {
                 w * ls / (qd as f32 / d as f32).sqrt(),
                 &mut rng,
             );
-            let experts: Vec<String> = match self.moe {
+            let ffn_names: Vec<[String; 3]> = match self.moe {
                 Some(m) => {
                     // Router logits of unit spread: several experts compete.
-                    mat(
-                        &mut out,
-                        format!("{p}.mlp.gate.weight"),
-                        m.n_experts,
-                        d,
-                        2.0 * w,
-                        &mut rng,
-                    );
+                    let router = crate::moe::hf_router(self.arch, i);
+                    mat(&mut out, router, m.n_experts, d, 2.0 * w, &mut rng);
                     (0..m.n_experts)
-                        .map(|e| format!("{p}.mlp.experts.{e}"))
+                        .map(|e| {
+                            ["gate", "up", "down"]
+                                .map(|part| crate::moe::hf_expert(self.arch, i, e, part))
+                        })
                         .collect()
                 }
-                None => vec![format!("{p}.mlp")],
+                None => {
+                    vec![["gate", "up", "down"].map(|part| format!("{p}.mlp.{part}_proj.weight"))]
+                }
             };
             let f = self.moe.map_or(f, |m| m.expert_ffn_dim);
-            for e in experts {
-                mat(&mut out, format!("{e}.gate_proj.weight"), f, d, w, &mut rng);
-                mat(&mut out, format!("{e}.up_proj.weight"), f, d, w, &mut rng);
-                let std = ls / (f as f32).sqrt();
-                mat(
-                    &mut out,
-                    format!("{e}.down_proj.weight"),
-                    d,
-                    f,
-                    std,
-                    &mut rng,
-                );
+            for [gate, up, down] in ffn_names {
+                mat(&mut out, gate, f, d, w, &mut rng);
+                mat(&mut out, up, f, d, w, &mut rng);
+                mat(&mut out, down, d, f, ls / (f as f32).sqrt(), &mut rng);
             }
             if self.arch == Arch::Qwen2 {
                 mat(
@@ -332,7 +344,7 @@ impl Fixture {
     }
 
     fn config_keys(&self, w: &mut GgufWriter) {
-        let a = self.arch.name();
+        let a = self.arch.gguf_name();
         let u = |v: usize| Value::U32(v as u32);
         w.kv("general.architecture", Value::String(a.into()))
             .kv(
@@ -364,11 +376,14 @@ impl Fixture {
         }
         if let Some(m) = self.moe {
             w.kv(&format!("{a}.expert_count"), u(m.n_experts))
-                .kv(&format!("{a}.expert_used_count"), u(m.top_k))
-                .kv(
+                .kv(&format!("{a}.expert_used_count"), u(m.top_k));
+            // Mixtral files leave the experts' width to feed_forward_length.
+            if self.arch != Arch::Mixtral {
+                w.kv(
                     &format!("{a}.expert_feed_forward_length"),
                     u(m.expert_ffn_dim),
                 );
+            }
         }
         if self.head_dim * self.n_heads != self.dim {
             w.kv(&format!("{a}.attention.key_length"), u(self.head_dim))
@@ -394,7 +409,10 @@ impl Fixture {
         }
         let hd = self.head_dim;
         // llama.cpp permutes Q/K rows for its interleaved RoPE (`llama` only).
-        let permute = matches!(self.arch, Arch::Llama | Arch::Granite | Arch::SmolLM3);
+        let permute = matches!(
+            self.arch,
+            Arch::Llama | Arch::Granite | Arch::SmolLM3 | Arch::Mixtral
+        );
         for (name, shape, data) in stack_experts(self.hf_weights()) {
             let gname = gguf_name(&name);
             let data = match name.rsplit('.').nth(1) {
@@ -440,6 +458,7 @@ impl Fixture {
             Arch::Granite => "GraniteForCausalLM",
             Arch::SmolLM3 => "SmolLM3ForCausalLM",
             Arch::Qwen3Moe => "Qwen3MoeForCausalLM",
+            Arch::Mixtral => "MixtralForCausalLM",
         };
         let config = serde_json::json!({
             "architectures": [arch], "vocab_size": self.vocab_size, "hidden_size": self.dim,
@@ -456,11 +475,19 @@ impl Fixture {
                 .collect();
             config["no_rope_layers"] = uses.into();
         }
-        if let Some(m) = self.moe {
-            config["num_experts"] = m.n_experts.into();
-            config["num_experts_per_tok"] = m.top_k.into();
-            config["moe_intermediate_size"] = m.expert_ffn_dim.into();
-            config["norm_topk_prob"] = m.norm_topk.into();
+        match (self.moe, self.arch) {
+            (Some(m), Arch::Mixtral) => {
+                config["num_local_experts"] = m.n_experts.into();
+                config["num_experts_per_tok"] = m.top_k.into();
+                config["intermediate_size"] = m.expert_ffn_dim.into();
+            }
+            (Some(m), _) => {
+                config["num_experts"] = m.n_experts.into();
+                config["num_experts_per_tok"] = m.top_k.into();
+                config["moe_intermediate_size"] = m.expert_ffn_dim.into();
+                config["norm_topk_prob"] = m.norm_topk.into();
+            }
+            (None, _) => {}
         }
         if self.arch == Arch::Granite {
             let sc = self.scales;
@@ -496,19 +523,19 @@ impl Fixture {
 
 /// The Hugging Face weights with each layer's per-expert matrices joined
 /// into llama.cpp's stacked 3-D tensors (`[n_experts, rows, cols]`, named
-/// `model.layers.i.mlp.experts.{gate,up,down}_proj.weight`, which
+/// `model.layers.i.mlp.experts.gate_proj.weight` and the like, which
 /// [`gguf_name`] maps to `blk.i.ffn_*_exps.weight`); other tensors pass.
 fn stack_experts(
     weights: Vec<(String, Vec<usize>, Vec<f32>)>,
 ) -> Vec<(String, Vec<usize>, Vec<f32>)> {
     let mut out: Vec<(String, Vec<usize>, Vec<f32>)> = Vec::new();
     for (name, shape, data) in weights {
-        let Some((prefix, rest)) = name.split_once(".mlp.experts.") else {
+        let Some((prefix, rest)) = name.split_once(".experts.") else {
             out.push((name, shape, data));
             continue;
         };
         let (e, part) = rest.split_once('.').unwrap_or(("0", rest));
-        let stacked = format!("{prefix}.mlp.experts.{part}");
+        let stacked = format!("{prefix}.experts.{part}");
         match out.iter_mut().find(|(n, _, _)| *n == stacked) {
             Some((_, s, d)) if e != "0" => {
                 s[0] += 1;
@@ -593,6 +620,10 @@ pub fn gguf_name(hf: &str) -> String {
         "mlp.experts.gate_proj.weight" => "ffn_gate_exps.weight",
         "mlp.experts.up_proj.weight" => "ffn_up_exps.weight",
         "mlp.experts.down_proj.weight" => "ffn_down_exps.weight",
+        "block_sparse_moe.gate.weight" => "ffn_gate_inp.weight",
+        "block_sparse_moe.experts.w1.weight" => "ffn_gate_exps.weight",
+        "block_sparse_moe.experts.w3.weight" => "ffn_up_exps.weight",
+        "block_sparse_moe.experts.w2.weight" => "ffn_down_exps.weight",
         other => other,
     };
     format!("blk.{i}.{part}")

@@ -133,6 +133,7 @@ fn check_golden(text: &str) {
             Some("granite") => Fixture::tiny_granite(ty),
             Some("smollm3") => Fixture::tiny_smollm3(ty),
             Some("qwen3moe") => Fixture::tiny_qwen3moe(ty),
+            Some("mixtral") => Fixture::tiny_mixtral(ty),
             _ if args.contains(&"--qwen2") => Fixture {
                 arch: Arch::Qwen2,
                 ..Fixture::tiny(ty)

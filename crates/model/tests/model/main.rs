@@ -26,6 +26,7 @@ fn small(ty: GgmlType, arch: Arch) -> Fixture {
         Arch::Granite => Fixture::tiny_granite(ty),
         Arch::SmolLM3 => Fixture::tiny_smollm3(ty),
         Arch::Qwen3Moe => Fixture::tiny_qwen3moe(ty),
+        Arch::Mixtral => Fixture::tiny_mixtral(ty),
         _ => Fixture::tiny(ty),
     };
     Fixture {
@@ -62,6 +63,7 @@ fn safetensors_and_gguf_give_the_same_logits() {
         Arch::Granite,
         Arch::SmolLM3,
         Arch::Qwen3Moe,
+        Arch::Mixtral,
     ] {
         let fx = small(GgmlType::F32, arch);
         let dir = tempfile::tempdir().unwrap();
