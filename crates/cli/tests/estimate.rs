@@ -136,6 +136,21 @@ fn a_model_comes_from_a_gguf_file_a_config_json_or_dimensions() {
         "--json",
     ]));
     assert_eq!(v["estimate"], mix["estimate"]);
+    // A Qwen3-MoE GGUF: the experts' count, use and width from its keys.
+    let moe = dir.path().join("moe.gguf");
+    let moe = moe.to_str().unwrap();
+    let o = hasten(&["synth", "--arch", "qwen3moe", "--type", "q8_0", "-o", moe]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let m = json(&hasten(&["estimate", "--model", moe, "--json"]))["model"].clone();
+    assert_eq!(
+        (
+            m["experts"].as_u64(),
+            m["active_experts"].as_u64(),
+            m["ffn"].as_u64()
+        ),
+        (Some(8), Some(2), Some(128)),
+        "{m}"
+    );
 
     for (args, want) in [
         (vec!["--heads", "32"], "without --model, give at least"),

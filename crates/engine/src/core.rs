@@ -191,6 +191,10 @@ impl Core {
         self.shared
             .waiting
             .store(self.waiting.len(), Ordering::Relaxed);
+        // Before the submitter's in-flight count drops (`run_loop`).
+        self.shared
+            .held
+            .store(self.waiting.len() + self.running.len(), Ordering::SeqCst);
     }
 
     pub fn is_idle(&self) -> bool {
@@ -518,6 +522,9 @@ impl Core {
         self.shared
             .running
             .store(self.running.len(), Ordering::Relaxed);
+        self.shared
+            .held
+            .store(self.waiting.len() + self.running.len(), Ordering::SeqCst);
         self.publish_forecast();
         self.shared
             .eta_us

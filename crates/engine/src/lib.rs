@@ -162,6 +162,10 @@ impl EngineOptions {
 pub(crate) struct Shared {
     waiting: AtomicUsize,
     running: AtomicUsize,
+    /// `waiting + running` as one value: admission reads this, since the
+    /// two stored apart could show a request moving between them in
+    /// neither.
+    held: AtomicUsize,
     /// What the `Retry-After` forecast is made from.
     forecast: Mutex<forecast::Inputs>,
     /// Estimated time until the queue ahead of a new request is prefilled.
@@ -304,8 +308,12 @@ impl Engine {
 
     /// Requests the engine can still take (of [`Engine::capacity`]).
     pub fn room(&self) -> usize {
-        let held = self.waiting() + self.shared.running.load(Ordering::Relaxed);
-        self.capacity().saturating_sub(held)
+        self.capacity().saturating_sub(self.held())
+    }
+
+    /// Requests the engine holds: queued, computing, or on their way to it.
+    fn held(&self) -> usize {
+        self.shared.held.load(Ordering::Relaxed) + self.in_flight.load(Ordering::Relaxed)
     }
 
     /// How long a request refused now should wait before retrying: the time
@@ -339,7 +347,12 @@ impl Engine {
                 .requests_rejected += 1;
             Err(e)
         };
-        if self.room() == 0 {
+        // Reserve the slot first, then check: two submissions racing for
+        // the last slot cannot both see it free (at worst both back off).
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        let release = || self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        if self.held() > self.capacity() {
+            release();
             let retry_after = self.retry_after();
             return reject(Error::QueueFull {
                 waiting,
@@ -350,12 +363,12 @@ impl Engine {
             let per_token = Duration::from_nanos(self.shared.per_token_ns.load(Ordering::Relaxed));
             let eta = self.queue_eta() + per_token * req.spec().prompt.len() as u32;
             if received + eta > deadline {
+                release();
                 return reject(Error::DeadlineUnreachable { eta });
             }
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (etx, erx) = unbounded_channel();
-        self.in_flight.fetch_add(1, Ordering::Relaxed);
         {
             let spec = req.spec();
             let mut f = self
@@ -379,7 +392,7 @@ impl Engine {
             })))
             .is_err()
         {
-            self.in_flight.fetch_sub(1, Ordering::Relaxed);
+            self.in_flight.fetch_sub(1, Ordering::SeqCst);
             let mut f = self
                 .shared
                 .forecast
@@ -440,7 +453,7 @@ fn run_loop(core: &mut core::Core, rx: &mpsc::Receiver<Msg>, in_flight: &AtomicU
             match msg {
                 Msg::Submit(p) => {
                     core.add(core::Seq::new(p.id, p.req, p.tx, p.received));
-                    in_flight.fetch_sub(1, Ordering::Relaxed);
+                    in_flight.fetch_sub(1, Ordering::SeqCst);
                 }
                 Msg::Shutdown => draining = true,
             }

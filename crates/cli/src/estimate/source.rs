@@ -211,6 +211,11 @@ fn from_gguf(path: &Path) -> Result<Source> {
         h.tensors.iter().all(|t| t.name != "output.weight"),
     );
     m.head_dim = c.head_dim as u64;
+    if let Some(moe) = c.moe {
+        m.ffn = moe.expert_ffn_dim as u64;
+        m.experts = moe.n_experts as u64;
+        m.active_experts = moe.top_k as u64;
+    }
     let (bytes, elements) = h.tensors.iter().fold((0usize, 0usize), |(b, e), t| {
         (b + t.n_bytes, e + t.n_elements())
     });
@@ -242,7 +247,7 @@ fn from_gguf(path: &Path) -> Result<Source> {
 }
 
 /// The Llama-family keys of a Hugging Face `config.json`, plus Mixtral's
-/// expert counts.
+/// and Qwen3-MoE's expert counts.
 fn from_config_json(path: &Path) -> Result<Source> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -275,6 +280,12 @@ fn from_config_json(path: &Path) -> Result<Source> {
     if let Some(e) = key("num_local_experts") {
         m.experts = e;
         m.active_experts = key("num_experts_per_tok").unwrap_or(2);
+    }
+    // Qwen3-MoE: `intermediate_size` is a dense width no layer uses.
+    if let (Some(e), Some(w)) = (key("num_experts"), key("moe_intermediate_size")) {
+        m.experts = e;
+        m.active_experts = key("num_experts_per_tok").unwrap_or(8);
+        m.ffn = w;
     }
     let weights = v
         .get("torch_dtype")

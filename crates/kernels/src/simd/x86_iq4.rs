@@ -237,14 +237,64 @@ k8!(
     prep_xs,
     step_xs
 );
+/// IQ4_XS, AVX2, for many activation rows: the block's levels and their
+/// magnitudes decoded once (4 KiB) and read by every row's step.
+pub(super) struct XsFull {
+    head: XsPrep,
+    /// Sub-block `j`'s column `k`: low halves at `8j + k`, high at `8j + 4 + k`.
+    abs: [__m256i; 64],
+    signed: [__m256i; 64],
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn prep_xs_full(u: *const u8) -> XsFull {
+    let t = table256(&LEVELS.map(|v| v as u8));
+    let mut signed = [_mm256_setzero_si256(); 64];
+    for j in 0..8 {
+        for k in 0..4 {
+            let (nl, nh) = nibbles_xs(u, j, k);
+            signed[8 * j + k] = _mm256_shuffle_epi8(t, nl);
+            signed[8 * j + 4 + k] = _mm256_shuffle_epi8(t, nh);
+        }
+    }
+    XsFull {
+        head: prep_xs(u),
+        abs: signed.map(|v| _mm256_abs_epi8(v)),
+        signed,
+    }
+}
+
+/// [`step_xs`] over levels decoded by [`prep_xs_full`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn step_xs_full(p: &XsFull, _u: *const u8, bx: *const u8, dx: __m256, acc: __m256) -> __m256 {
+    // SAFETY: a Q8_K block is d (4 bytes), 256 quants, 16 i16 block sums.
+    let q8 = unsafe { bx.add(4) };
+    let mut isum = _mm256_setzero_si256();
+    for j in 0..8 {
+        let mut s = _mm256_setzero_si256();
+        for i in 0..8 {
+            let off = 32 * j + if i < 4 { 4 * i } else { 16 + 4 * (i - 4) };
+            // SAFETY: 256 activation quants.
+            let x = unsafe { bcast4(q8.add(off)) };
+            let w = 8 * j + i;
+            let prod = _mm256_maddubs_epi16(p.abs[w], _mm256_sign_epi8(x, p.signed[w]));
+            s = _mm256_add_epi32(s, _mm256_madd_epi16(prod, p.head.sc[j]));
+        }
+        isum = _mm256_add_epi32(isum, s);
+    }
+    _mm256_fmadd_ps(_mm256_mul_ps(p.head.d, dx), _mm256_cvtepi32_ps(isum), acc)
+}
+
 k8!(
     "avx2,fma,f16c",
     gemm_iq4_xsx8,
     gemm_iq4_xsx8_impl,
     X8_N,
     IQ4XS_UNIT,
-    prep_xs,
-    step_xs
+    prep_xs_full,
+    step_xs_full
 );
 
 #[inline]
