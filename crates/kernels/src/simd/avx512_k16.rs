@@ -76,6 +76,28 @@ pub(super) unsafe fn sum_pair(bx: *const u8, p: usize) -> i32 {
     unsafe { (bx.add(260 + 4 * p) as *const i32).read_unaligned() }
 }
 
+/// Per row lane, `sum_j v_j * sum(x over 32-element sub-block j)` of the
+/// Q8_K block at `bx`, where `pairs[p]` holds each row's `(v_2p, v_2p+1)`
+/// as i16 pairs (Q4_K's minimums, IQ4_XS's multipliers). Sub-block `2p + h`
+/// covers block sums `4p + 2h` and `4p + 2h + 1`.
+///
+/// # Safety
+/// `bx` must point at a whole Q8_K block.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn sub_block_dot(pairs: &[__m512i; 4], bx: *const u8) -> __m512i {
+    let mut sum = _mm512_setzero_si512();
+    for (p, v) in pairs.iter().enumerate() {
+        // SAFETY: the caller's contract.
+        let (s0, s1) = unsafe { (sum_pair(bx, 2 * p), sum_pair(bx, 2 * p + 1)) };
+        let lo = (s0 as i16 as i32 + (s0 >> 16)) as u16 as u32;
+        let hi = (s1 as i16 as i32 + (s1 >> 16)) as u16 as u32;
+        let x = _mm512_set1_epi32((lo | hi << 16) as i32);
+        sum = _mm512_add_epi32(sum, _mm512_madd_epi16(*v, x));
+    }
+    sum
+}
+
 /// Two adjacent eight-row Q4_K groups times [`X8_N`] Q8_K activation rows.
 pub fn gemm_q4_kx16(groups: [&[u8]; 2], x: [&[u8]; X8_N]) -> [[f32; 16]; X8_N] {
     let nb = whole_blocks(groups, &x, Q4K_UNIT);
@@ -143,15 +165,7 @@ unsafe fn gemm_q4_kx16_impl(
             for (j, a) in acc.iter_mut().enumerate() {
                 let bx = x[j].add(blk * Q8K);
                 let dx = _mm512_set1_ps((bx as *const f32).read_unaligned());
-                // Sub-block `2p + h` covers Q8_K block sums `4p + 2h`, `4p + 2h + 1`.
-                let mut msum = _mm512_setzero_si512();
-                for (p, m) in mins.iter().enumerate() {
-                    let (s0, s1) = (sum_pair(bx, 2 * p), sum_pair(bx, 2 * p + 1));
-                    let lo = (s0 as i16 as i32 + (s0 >> 16)) as u16 as u32;
-                    let hi = (s1 as i16 as i32 + (s1 >> 16)) as u16 as u32;
-                    let pair = _mm512_set1_epi32((lo | hi << 16) as i32);
-                    msum = _mm512_add_epi32(msum, _mm512_madd_epi16(*m, pair));
-                }
+                let msum = sub_block_dot(&mins, bx);
                 *a = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(isum[j]), *a);
                 *a = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(msum), *a);
             }

@@ -20,7 +20,7 @@
 #![allow(unsafe_code)]
 
 use super::avx2_x8::{bcast4, k8, prep_q4, x8, Q4_UNIT, Q8K};
-use super::avx512_k16::{join8, pairs, sum_pair, whole_blocks};
+use super::avx512_k16::{join8, pairs, sub_block_dot, whole_blocks};
 use super::avx512_x16::{bcast4 as bcast16, join, join_f16, rows16, x16};
 use crate::quant::iquants::LEVELS;
 use crate::quant::repack_iq4::IQ4XS_UNIT;
@@ -445,15 +445,7 @@ unsafe fn gemm_iq4_xsx16_impl(
             for (j, a) in acc.iter_mut().enumerate() {
                 let bx = x[j].add(blk * Q8K);
                 let dx = _mm512_set1_ps((bx as *const f32).read_unaligned());
-                let mut osum = _mm512_setzero_si512();
-                for (p, sp) in sc_pairs.iter().enumerate() {
-                    // Sub-block `2p + h` covers Q8_K block sums `4p + 2h`, `4p + 2h + 1`.
-                    let (s0, s1) = (sum_pair(bx, 2 * p), sum_pair(bx, 2 * p + 1));
-                    let lo = (s0 as i16 as i32 + (s0 >> 16)) as u16 as u32;
-                    let hi = (s1 as i16 as i32 + (s1 >> 16)) as u16 as u32;
-                    let pair = _mm512_set1_epi32((lo | hi << 16) as i32);
-                    osum = _mm512_add_epi32(osum, _mm512_madd_epi16(*sp, pair));
-                }
+                let osum = sub_block_dot(&sc_pairs, bx);
                 let total = _mm512_sub_epi32(isum[j], _mm512_slli_epi32::<7>(osum));
                 *a = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(total), *a);
             }
