@@ -31,7 +31,10 @@ pub struct Args {
     /// multipliers) or smollm3 (no RoPE on every 4th layer; the tiny shape
     /// gets 4 layers) or qwen3moe (Qwen3 with 8 experts, 2 active, in the
     /// tiny shape; the moe shape) or mixtral (Llama with 8 experts, 2
-    /// active; tiny shape only).
+    /// active; tiny shape only) or gemma2 / gemma3 (GeGLU, sandwich norms,
+    /// sliding-window layers; Gemma 2's soft caps, Gemma 3's Q/K norms) or
+    /// phi3 (fused QKV and gate-up, partial RoPE, LongRoPE factors) or
+    /// olmo2 (norms after each block, Q/K norms over all heads).
     #[arg(long, default_value = "llama")]
     arch: String,
     /// Same as --arch qwen2.
@@ -64,34 +67,23 @@ pub struct Args {
 
 pub fn main(a: Args) -> Result<()> {
     let ty = GgmlType::from_name(&a.ty).ok_or_else(|| anyhow!("unknown type {:?}", a.ty))?;
-    let arch = match (a.qwen2, a.arch.as_str()) {
-        (true, _) | (_, "qwen2") => Arch::Qwen2,
-        (_, "llama") => Arch::Llama,
-        (_, "qwen3") => Arch::Qwen3,
-        (_, "granite") => Arch::Granite,
-        (_, "smollm3") => Arch::SmolLM3,
-        (_, "qwen3moe") => Arch::Qwen3Moe,
-        (_, "mixtral") => Arch::Mixtral,
-        (_, other) => {
-            bail!("unknown --arch {other:?} (llama, qwen2, qwen3, granite, smollm3, qwen3moe, mixtral)")
-        }
+    let arch = if a.qwen2 {
+        Arch::Qwen2
+    } else {
+        Arch::from_name(&a.arch)
+            .ok_or_else(|| anyhow!("unknown --arch {:?} ({})", a.arch, Arch::names()))?
     };
-    let mut fx = match (arch, a.shape.as_str()) {
-        (Arch::Qwen3, "tiny") => Fixture::tiny_qwen3(ty),
-        (Arch::SmolLM3, "tiny") => Fixture::tiny_smollm3(ty),
-        (Arch::Qwen3Moe, "tiny") => Fixture::tiny_qwen3moe(ty),
-        (Arch::Mixtral, "tiny") => Fixture::tiny_mixtral(ty),
-        (Arch::Qwen3Moe, "moe") => Fixture::shape("moe", ty).expect("a known shape"),
-        (Arch::Qwen3Moe | Arch::Mixtral, other) | (_, other @ "moe") => {
+    let tiny = Fixture::tiny_arch(arch, ty);
+    let mut fx = match a.shape.as_str() {
+        "tiny" => tiny,
+        "moe" if arch == Arch::Qwen3Moe => Fixture::shape("moe", ty).expect("a known shape"),
+        other if other == "moe" || tiny.moe.is_some() => {
             bail!("--shape {other} goes with --arch qwen3moe only, qwen3moe with tiny or moe, mixtral with tiny")
         }
-        _ => Fixture::shape(&a.shape, ty)
-            .ok_or_else(|| anyhow!("unknown shape {:?} (tiny, 135m, 1b, moe)", a.shape))?,
+        other => Fixture::shape(other, ty)
+            .ok_or_else(|| anyhow!("unknown shape {other:?} (tiny, 135m, 1b, moe)"))?
+            .with_family(&tiny),
     };
-    if arch == Arch::Granite {
-        fx.scales = Fixture::tiny_granite(ty).scales;
-    }
-    fx.arch = arch;
     if let Some(hd) = a.head_dim {
         anyhow::ensure!(
             hd >= 2 && hd % 2 == 0,

@@ -56,17 +56,41 @@ pub fn attend_head(
     scores: &mut [f32],
     out: &mut [f32],
 ) {
+    let view = HeadView {
+        kv: *kv,
+        table,
+        kvh: head / (n_heads / kv.n_kv_heads),
+        scale,
+        window: None,
+        softcap: None,
+    };
+    attend_head_view(q, &view, n_ctx, scores, out)
+}
+
+/// [`attend_head`] over a KV head's view, with its window and soft cap:
+/// positions `view.first_visible(n_ctx)..n_ctx`.
+fn attend_head_view(
+    q: &[f32],
+    view: &HeadView<'_>,
+    n_ctx: usize,
+    scores: &mut [f32],
+    out: &mut [f32],
+) {
+    let (kv, table) = (&view.kv, view.table);
     let hd = kv.head_dim;
-    let kvh = head / (n_heads / kv.n_kv_heads);
-    let scores = &mut scores[..n_ctx];
-    for (p, s) in scores.iter_mut().enumerate() {
-        let off = kv.slot_offset(table, p) + kvh * hd;
-        *s = dot_f32_f16(q, &kv.k[off..off + hd]) * scale;
+    let lo = view.first_visible(n_ctx);
+    let scores = &mut scores[..n_ctx - lo];
+    for (j, s) in scores.iter_mut().enumerate() {
+        let off = kv.slot_offset(table, lo + j) + view.kvh * hd;
+        *s = dot_f32_f16(q, &kv.k[off..off + hd]) * view.scale;
+    }
+    if let Some(cap) = view.softcap {
+        crate::ops::softcap(scores, cap);
     }
     softmax(scores);
     out.fill(0.0);
-    for (p, &w) in scores.iter().enumerate() {
-        let off = kv.slot_offset(table, p) + kvh * hd;
+    for (j, &w) in scores.iter().enumerate() {
+        let off = kv.slot_offset(table, lo + j) + view.kvh * hd;
         axpy_f16(out, w, &kv.v[off..off + hd]);
     }
 }
@@ -96,7 +120,8 @@ pub fn attend_tile(
     (crate::cpu::kernels().attend_tile)(view, q, t, n_ctx, scores, out)
 }
 
-/// The reference of [`attend_tile`]: [`attend_head`] for each token and head.
+/// The reference of [`attend_tile`]: [`attend_head`] (with the view's
+/// window and soft cap) for each token and head.
 pub fn attend_tile_reference(
     view: &HeadView<'_>,
     q: &[f32],
@@ -108,16 +133,10 @@ pub fn attend_tile_reference(
     let hd = view.kv.head_dim;
     let g = q.len() / (t * hd).max(1);
     for i in 0..t * g {
-        // `attend_head` maps a head to its KV head by `head / group`; pass one
-        // that lands on `kvh` with a model of `g * n_kv_heads` heads.
-        attend_head(
+        attend_head_view(
             &q[i * hd..(i + 1) * hd],
-            view.kvh * g + i % g,
-            &view.kv,
-            view.table,
+            view,
             n_ctx + i / g,
-            g * view.kv.n_kv_heads,
-            view.scale,
             scores,
             &mut out[i * hd..(i + 1) * hd],
         );
@@ -157,12 +176,20 @@ mod tests {
             };
             let n_ctx = n_ctx.min(table.len() * bs + 1 - t);
             let q: Vec<f32> = (0..t * g * hd).map(|i| (i as f32 * 0.7).cos()).collect();
-            for kvh in 0..nkv {
+            let masks = [
+                (None, None),
+                (Some(3), None),
+                (Some(9), Some(0.5)),
+                (None, Some(2.0)),
+            ];
+            for (kvh, (window, softcap)) in (0..nkv).flat_map(|h| masks.map(|m| (h, m))) {
                 let view = HeadView {
                     kv,
                     table: &table,
                     kvh,
                     scale: 0.3,
+                    window,
+                    softcap,
                 };
                 let mut scores = vec![0.0; tile_scores_len(t, g, n_ctx)];
                 let mut want = vec![0.0; t * g * hd];
@@ -186,12 +213,51 @@ mod tests {
                     for (a, b) in got.iter().zip(&want) {
                         assert!(
                             (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
-                            "{isa:?} hd={hd} g={g} t={t}: {a} vs {b}"
+                            "{isa:?} hd={hd} g={g} t={t} {window:?} {softcap:?}: {a} vs {b}"
                         );
                     }
                 }
             }
         }
+    }
+
+    /// A window as wide as the context changes nothing; a window of one
+    /// position returns that position's V.
+    #[test]
+    fn sliding_window_masks_older_positions() {
+        let (bs, hd, n_ctx) = (4, 8, 11);
+        let val = |i: usize, s: f32| f16::from_f32(((i * 37 % 101) as f32 * s).sin());
+        let ks: Vec<f16> = (0..3 * bs * hd).map(|i| val(i, 0.1)).collect();
+        let vs: Vec<f16> = (0..3 * bs * hd).map(|i| val(i, 0.3)).collect();
+        let kv = PagedKv {
+            k: &ks,
+            v: &vs,
+            block_size: bs,
+            n_kv_heads: 1,
+            head_dim: hd,
+        };
+        let q: Vec<f32> = (0..hd).map(|i| (i as f32 * 0.7).cos()).collect();
+        let run = |window| {
+            let view = HeadView {
+                kv,
+                table: &[0, 1, 2],
+                kvh: 0,
+                scale: 0.3,
+                window,
+                softcap: None,
+            };
+            let mut scores = vec![0.0; tile_scores_len(1, 1, n_ctx)];
+            let mut out = vec![0.0; hd];
+            attend_tile_reference(&view, &q, 1, n_ctx, &mut scores, &mut out);
+            out
+        };
+        assert_eq!(run(Some(n_ctx)), run(None));
+        assert_ne!(run(Some(n_ctx - 1)), run(None));
+        let last: Vec<f32> = vs[(n_ctx - 1) * hd..n_ctx * hd]
+            .iter()
+            .map(|v| v.to_f32())
+            .collect();
+        assert_eq!(run(Some(1)), last);
     }
 
     /// Attention over a scrambled block table equals attention over a

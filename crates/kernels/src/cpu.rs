@@ -254,6 +254,8 @@ pub struct Kernels {
     pub attend_tile: AttendTile,
     /// SwiGLU gate `gate = silu(gate) * up`.
     pub silu_mul: fn(&mut [f32], &[f32]),
+    /// GeGLU gate `gate = gelu_tanh(gate) * up`.
+    pub gelu_mul: fn(&mut [f32], &[f32]),
 }
 
 /// The sixteen-row products of the 32-element types (see [`X16Gemm`]).
@@ -410,6 +412,7 @@ impl Kernels {
             kv_axpy: r::axpy_f16,
             attend_tile: crate::attention::attend_tile_reference,
             silu_mul: crate::ops::silu_mul_reference,
+            gelu_mul: crate::ops::gelu_mul_reference,
         };
         #[cfg(target_arch = "x86_64")]
         if isa >= Isa::Avx2 && supported() >= Isa::Avx2 {
@@ -485,6 +488,7 @@ impl Kernels {
                 kv_axpy: avx2::axpy_f16,
                 attend_tile: crate::simd::avx2_attn::attend_tile,
                 silu_mul: avx2::silu_mul,
+                gelu_mul: avx2::gelu_mul,
             };
             if isa >= Isa::Avx512 && supported() >= Isa::Avx512 {
                 return avx512_table(avx2);
@@ -547,6 +551,7 @@ fn avx512_table(avx2: Kernels) -> Kernels {
         f16_dot: e::dot_f16_f32,
         bf16_dot: e::dot_bf16_f32,
         silu_mul: e::silu_mul,
+        gelu_mul: e::gelu_mul,
         q8_0: QuantPath {
             quantize: e::quantize_q8_0,
             ..avx2.q8_0
@@ -612,6 +617,7 @@ fn neon_table<const D: bool>(scalar: Kernels) -> Kernels {
         kv_dot: neon::dot_f32_f16,
         kv_axpy: neon::axpy_f16,
         silu_mul: neon::silu_mul,
+        gelu_mul: neon::gelu_mul,
         // Unrepacked k-quant rows, Q5_0 rows and the attention tile keep
         // the references (the tile through the dots above).
         ..scalar

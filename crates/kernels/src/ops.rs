@@ -22,7 +22,9 @@ pub enum RopeStyle {
     Neox,
 }
 
-/// Precomputed inverse frequencies of RoPE for one head dimension.
+/// Precomputed inverse frequencies of RoPE for the rotated dimensions of
+/// a head (all of them, or the first `rot_dims` for partial rotary models
+/// such as Phi-4-mini; the rest pass unchanged).
 #[derive(Debug, Clone)]
 pub struct Rope {
     pub style: RopeStyle,
@@ -31,18 +33,20 @@ pub struct Rope {
 }
 
 impl Rope {
+    /// RoPE over the first `rot_dims` dimensions of each head.
     /// `freq_scale` is 1/factor for linear scaling; `freq_factors` (llama3
-    /// scaling, one per pair) divide the angle as in ggml's `rope_freqs`.
+    /// scaling, Phi-3's LongRoPE; one per pair) divide the angle as in
+    /// ggml's `rope_freqs`.
     pub fn new(
         style: RopeStyle,
-        head_dim: usize,
+        rot_dims: usize,
         base: f32,
         freq_scale: f32,
         freq_factors: Option<&[f32]>,
     ) -> Self {
-        let pairs = head_dim / 2;
+        let pairs = rot_dims / 2;
         // ggml: theta_scale = powf(base, -2/n_dims), theta_i = pos * theta_scale^i.
-        let theta_scale = base.powf(-2.0 / head_dim as f32);
+        let theta_scale = base.powf(-2.0 / rot_dims as f32);
         let mut inv_freq = Vec::with_capacity(pairs);
         let mut t = 1.0f32;
         for i in 0..pairs {
@@ -55,7 +59,7 @@ impl Rope {
 
     /// Rotates each head of `x` (`n_heads * head_dim`) in place for position `pos`.
     pub fn apply(&self, x: &mut [f32], head_dim: usize, pos: usize) {
-        let pairs = head_dim / 2;
+        let pairs = self.inv_freq.len().min(head_dim / 2);
         // The angles depend only on the position and the pair: one sin_cos
         // per pair for all heads (the same values as computing them per head).
         const MAX_PAIRS: usize = 128;
@@ -109,6 +113,35 @@ pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
 pub fn silu_mul_reference(gate: &mut [f32], up: &[f32]) {
     for (g, &u) in gate.iter_mut().zip(up) {
         *g = *g / (1.0 + (-*g).exp()) * u;
+    }
+}
+
+/// GeGLU gate (Gemma): `gate = gelu(gate) * up` with the tanh
+/// approximation of GELU, through the fastest kernel of
+/// [`crate::cpu::kernels`].
+pub fn gelu_mul(gate: &mut [f32], up: &[f32]) {
+    (crate::cpu::kernels().gelu_mul)(gate, up)
+}
+
+/// `sqrt(2 / pi)`, the tanh-GELU's inner factor.
+pub const GELU_K: f32 = 0.797_884_6;
+/// The tanh-GELU's cubic coefficient.
+pub const GELU_C: f32 = 0.044_715;
+
+/// The reference GeGLU gate: `0.5 x (1 + tanh(k (x + c x^3))) * up`, as
+/// `x * sigmoid(2 k (x + c x^3))` (the same function) with libm `exp`.
+pub fn gelu_mul_reference(gate: &mut [f32], up: &[f32]) {
+    for (g, &u) in gate.iter_mut().zip(up) {
+        let x = *g;
+        let z = 2.0 * GELU_K * (x + GELU_C * x * x * x);
+        *g = x / (1.0 + (-z).exp()) * u;
+    }
+}
+
+/// Soft-capping (Gemma 2): `cap * tanh(x / cap)` of each value.
+pub fn softcap(x: &mut [f32], cap: f32) {
+    for v in x {
+        *v = cap * (*v / cap).tanh();
     }
 }
 
@@ -166,7 +199,7 @@ mod tests {
     }
 
     #[test]
-    fn silu_matches_the_reference_on_every_tier_with_tails() {
+    fn gated_activations_match_their_references_on_every_tier_with_tails() {
         use crate::cpu::Kernels;
         let mut vals: Vec<f32> = (0..1537)
             .map(|i| ((i * 7919) % 2001) as f32 / 50.0 - 20.0)
@@ -175,23 +208,67 @@ mod tests {
         let up: Vec<f32> = (0..vals.len())
             .map(|i| 1.0 + (i % 5) as f32 * 0.25)
             .collect();
+        type Gate = fn(&mut [f32], &[f32]);
+        type Case = (&'static str, Gate, fn(&Kernels) -> Gate, f32);
+        // (name, reference, kernel, relative tolerance): GELU's argument
+        // reaches |z| ~ 100, where one ulp of z moves exp(z) by ~1e-5.
+        let cases: [Case; 2] = [
+            ("silu", silu_mul_reference, |k| k.silu_mul, 2e-6),
+            ("gelu", gelu_mul_reference, |k| k.gelu_mul, 3e-5),
+        ];
         for isa in crate::cpu::tiers() {
             let k = Kernels::for_isa(isa);
-            let mut whole = vals.clone();
-            (k.silu_mul)(&mut whole, &up);
-            for n in [0usize, 1, 7, 8, 9, 31, 100, 1537] {
-                let (mut want, mut got) = (vals[..n].to_vec(), vals[..n].to_vec());
-                silu_mul_reference(&mut want, &up[..n]);
-                (k.silu_mul)(&mut got, &up[..n]);
-                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                    assert!(
-                        (g - w).abs() <= 2e-6 * w.abs() + 1e-30,
-                        "{isa:?} n={n} x={}: {g} vs {w}",
-                        vals[i]
-                    );
+            for (name, reference, kernel, tol) in cases {
+                let kernel = kernel(&k);
+                let mut whole = vals.clone();
+                kernel(&mut whole, &up);
+                for n in [0usize, 1, 7, 8, 9, 31, 100, 1537] {
+                    let (mut want, mut got) = (vals[..n].to_vec(), vals[..n].to_vec());
+                    reference(&mut want, &up[..n]);
+                    kernel(&mut got, &up[..n]);
+                    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                        assert!(
+                            (g - w).abs() <= tol * w.abs() + 1e-30,
+                            "{name} {isa:?} n={n} x={}: {g} vs {w}",
+                            vals[i]
+                        );
+                    }
+                    // An element's result does not depend on the slice around it.
+                    assert_eq!(got[..], whole[..n], "{name} {isa:?} n={n}");
                 }
-                // An element's result does not depend on the slice around it.
-                assert_eq!(got[..], whole[..n], "{isa:?} n={n}");
+            }
+        }
+    }
+
+    #[test]
+    fn gelu_reference_is_the_tanh_formula() {
+        for x in [-6.0f32, -1.5, -0.3, 0.0, 0.2, 1.0, 3.7, 9.0] {
+            let mut g = [x];
+            gelu_mul_reference(&mut g, &[2.0]);
+            let tanh = 0.5 * x * (1.0 + (GELU_K * (x + GELU_C * x * x * x)).tanh());
+            assert!(
+                (g[0] - 2.0 * tanh).abs() < 1e-5,
+                "{x}: {} vs {}",
+                g[0],
+                2.0 * tanh
+            );
+        }
+    }
+
+    #[test]
+    fn partial_rope_leaves_the_unrotated_dimensions() {
+        for style in [RopeStyle::Normal, RopeStyle::Neox] {
+            let rope = Rope::new(style, 6, 10000.0, 1.0, None);
+            let full = Rope::new(style, 6, 10000.0, 1.0, None);
+            let orig: Vec<f32> = (0..16).map(|i| (i as f32 * 0.37).sin()).collect();
+            let mut x = orig.clone();
+            rope.apply(&mut x, 8, 5);
+            // Per head of 8: the first 6 rotate as a 6-wide head, 2 pass.
+            for h in 0..2 {
+                let mut want = orig[h * 8..h * 8 + 6].to_vec();
+                full.apply(&mut want, 6, 5);
+                assert_eq!(x[h * 8..h * 8 + 6], want[..]);
+                assert_eq!(x[h * 8 + 6..h * 8 + 8], orig[h * 8 + 6..h * 8 + 8]);
             }
         }
     }

@@ -285,6 +285,8 @@ pub fn attention_rate(
                     table: &table,
                     kvh,
                     scale: 1.0 / (hd as f32).sqrt(),
+                    window: None,
+                    softcap: None,
                 };
                 let qt = &q[j * gq..(j + n) * gq];
                 attend_tile(

@@ -128,4 +128,16 @@ pub struct HeadView<'a> {
     pub kvh: usize,
     /// Score scale, usually `1 / sqrt(head_dim)`.
     pub scale: f32,
+    /// Sliding-window attention: a query at position `p` sees positions
+    /// `p + 1 - window ..= p` only (Gemma's and Mistral's local layers).
+    pub window: Option<usize>,
+    /// Soft-capping of the scaled scores, `cap * tanh(s / cap)` (Gemma 2).
+    pub softcap: Option<f32>,
+}
+
+impl HeadView<'_> {
+    /// The first position a query with `n_ctx` positions in view sees.
+    pub fn first_visible(&self, n_ctx: usize) -> usize {
+        self.window.map_or(0, |w| n_ctx.saturating_sub(w))
+    }
 }

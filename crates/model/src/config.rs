@@ -1,56 +1,10 @@
 //! The resolved model configuration, read from GGUF metadata or a Hugging
 //! Face `config.json`, with every default filled in and every value checked.
 
+pub use crate::arch::{Act, Arch, Norms, QkNorm};
 use crate::gguf::GgufHeader;
 use crate::{Error, Result};
 use hasten_kernels::ops::RopeStyle;
-use serde::Deserialize;
-
-/// Model families hasten runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Arch {
-    /// Llama 2/3, Mistral, TinyLlama, SmolLM.
-    Llama,
-    /// Qwen2 / Qwen2.5: Llama with biases on Q, K and V.
-    Qwen2,
-    /// Qwen3 (dense): no biases, an RMSNorm over each head of Q and K
-    /// before RoPE, heads often wider than `dim / n_heads`.
-    Qwen3,
-    /// IBM Granite 3: Llama with embedding, residual, attention and logit
-    /// multipliers ([`Scales`]).
-    Granite,
-    /// Hugging Face SmolLM3: Llama with no RoPE on every 4th layer (NoPE).
-    SmolLM3,
-    /// Qwen3 mixture of experts (Qwen3-30B-A3B): Qwen3 attention, every
-    /// FFN a softmax-routed set of experts ([`Moe`]).
-    Qwen3Moe,
-    /// Mixtral: Llama attention, every FFN a mixture of experts (GGUF
-    /// writes it as `llama` with an expert count).
-    Mixtral,
-}
-
-impl Arch {
-    pub fn name(self) -> &'static str {
-        match self {
-            Arch::Llama => "llama",
-            Arch::Qwen2 => "qwen2",
-            Arch::Qwen3 => "qwen3",
-            Arch::Granite => "granite",
-            Arch::SmolLM3 => "smollm3",
-            Arch::Qwen3Moe => "qwen3moe",
-            Arch::Mixtral => "mixtral",
-        }
-    }
-
-    /// The `general.architecture` of this family's GGUF files (and the
-    /// prefix of their keys).
-    pub fn gguf_name(self) -> &'static str {
-        match self {
-            Arch::Mixtral => "llama",
-            a => a.name(),
-        }
-    }
-}
 
 /// Resolved hyperparameters of a Llama-family model.
 #[derive(Debug, Clone, PartialEq)]
@@ -67,20 +21,54 @@ pub struct Config {
     pub context_length: usize,
     pub rope_base: f32,
     pub rope_style: RopeStyle,
+    /// Dimensions of each head that RoPE rotates (the first ones; all of
+    /// them unless the model uses partial rotary embeddings).
+    pub rope_dims: usize,
     /// 1 / linear scaling factor.
     pub rope_freq_scale: f32,
-    /// Llama 3 frequency factors (one per rotated pair), if any.
+    /// Frequency factors (one per rotated pair: Llama 3's, or the LongRoPE
+    /// factors Phi-3 picks for its context), if any.
     pub rope_freq_factors: Option<Vec<f32>>,
+    /// The context the model was trained at before LongRoPE extended it:
+    /// contexts beyond it use the long factors (GGUF files carry both).
+    pub rope_orig_context: Option<usize>,
     pub qkv_bias: bool,
-    /// RMSNorm over each head of Q and K (weights of `head_dim`) before RoPE.
-    pub qk_norm: bool,
-    /// Granite's multipliers (all neutral for other families).
+    /// RMSNorm of Q and K before RoPE.
+    pub qk_norm: QkNorm,
+    /// Where the RMSNorms of each block sit.
+    pub norms: Norms,
+    /// The FFN's activation.
+    pub act: Act,
+    /// Constant factors and caps (all neutral for most families).
     pub scales: Scales,
     /// Layers whose Q and K are not rotated (SmolLM3's NoPE layers); empty
     /// when every layer uses RoPE.
     pub no_rope: Vec<bool>,
+    /// Sliding-window attention, if some layers use it.
+    pub swa: Option<Swa>,
     /// Mixture-of-experts FFNs (every layer), if the model has them.
     pub moe: Option<Moe>,
+}
+
+/// Sliding-window attention: the listed layers see the last `window`
+/// positions only, with their own RoPE base and scale.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Swa {
+    pub window: usize,
+    /// One entry per layer: true where the window applies.
+    pub layers: Vec<bool>,
+    pub rope_base: f32,
+    pub rope_freq_scale: f32,
+}
+
+impl Swa {
+    /// Every layer but each `period`-th (llama.cpp's `set_swa_pattern`;
+    /// period 0 or 1: every layer).
+    pub fn pattern(n_layers: usize, period: usize) -> Vec<bool> {
+        (0..n_layers)
+            .map(|i| period <= 1 || i % period < period - 1)
+            .collect()
+    }
 }
 
 /// A mixture-of-experts FFN: a router picks `top_k` of `n_experts` SwiGLU
@@ -106,6 +94,10 @@ pub struct Scales {
     pub attention: Option<f32>,
     /// Divides the logits.
     pub logit: f32,
+    /// Soft cap of the attention scores, `cap * tanh(s / cap)` (Gemma 2).
+    pub attn_softcap: Option<f32>,
+    /// Soft cap of the logits (Gemma 2).
+    pub final_softcap: Option<f32>,
 }
 
 impl Default for Scales {
@@ -115,6 +107,8 @@ impl Default for Scales {
             residual: 1.0,
             attention: None,
             logit: 1.0,
+            attn_softcap: None,
+            final_softcap: None,
         }
     }
 }
@@ -133,7 +127,7 @@ impl Config {
         self.n_heads * self.head_dim
     }
 
-    fn validate(self, file: &str) -> Result<Self> {
+    pub(crate) fn validate(self, file: &str) -> Result<Self> {
         let bad = |what: String| {
             Err(Error::Config {
                 file: file.to_owned(),
@@ -196,19 +190,45 @@ impl Config {
                 return bad(format!("{} experts is implausibly many", m.n_experts));
             }
         }
+        if self.rope_dims > self.head_dim || !self.rope_dims.is_multiple_of(2) {
+            return bad(format!(
+                "RoPE over {} dimensions of heads of {}",
+                self.rope_dims, self.head_dim
+            ));
+        }
+        if let Some(f) = &self.rope_freq_factors {
+            if f.len() != self.rope_dims / 2 {
+                return bad(format!(
+                    "{} RoPE frequency factors for {} rotated pairs",
+                    f.len(),
+                    self.rope_dims / 2
+                ));
+            }
+        }
+        if let Some(w) = &self.swa {
+            if w.window == 0 || w.layers.len() != self.n_layers || w.rope_base.is_nan() || w.rope_base <= 0.0 {
+                return bad(format!(
+                    "sliding window {} over {} of {} layers (RoPE base {}) is not valid",
+                    w.window,
+                    w.layers.len(),
+                    self.n_layers,
+                    w.rope_base
+                ));
+            }
+        }
         let sc = self.scales;
         if ![
             sc.embedding,
             sc.residual,
             sc.logit,
             sc.attention.unwrap_or(1.0),
+            sc.attn_softcap.unwrap_or(1.0),
+            sc.final_softcap.unwrap_or(1.0),
         ]
         .iter()
         .all(|v| v.is_finite() && *v > 0.0)
         {
-            return bad(format!(
-                "embedding, residual, attention and logit scales must be positive, got {sc:?}"
-            ));
+            return bad(format!("scales and soft caps must be positive, got {sc:?}"));
         }
         Ok(self)
     }
@@ -217,33 +237,16 @@ impl Config {
     /// count of the file's vocabulary, used when `{arch}.vocab_size` is absent.
     pub fn from_gguf(h: &GgufHeader, file: &str, vocab_fallback: usize) -> Result<Self> {
         let arch_name = str_key(h, file, "general.architecture")?;
-        let arch = match arch_name {
-            "llama" | "mistral" => Arch::Llama,
-            "qwen2" => Arch::Qwen2,
-            "qwen3" => Arch::Qwen3,
-            "granite" => Arch::Granite,
-            "smollm3" => Arch::SmolLM3,
-            "qwen3moe" => Arch::Qwen3Moe,
-            other => {
-                return Err(Error::UnknownArchitecture {
-                    file: file.to_owned(),
-                    arch: other.to_owned(),
-                })
-            }
-        };
+        let arch = Arch::from_gguf_name(arch_name).ok_or_else(|| Error::UnknownArchitecture {
+            file: file.to_owned(),
+            arch: arch_name.to_owned(),
+        })?;
         let k = |s: &str| format!("{arch_name}.{s}");
         let dim = usize_key(h, file, &k("embedding_length"))?;
         let n_heads = usize_key(h, file, &k("attention.head_count"))?;
         let n_kv_heads = opt_usize(h, file, &k("attention.head_count_kv"))?.unwrap_or(n_heads);
         let head_dim = opt_usize(h, file, &k("attention.key_length"))?
             .unwrap_or(dim.checked_div(n_heads).unwrap_or(0));
-        let rope_dims = opt_usize(h, file, &k("rope.dimension_count"))?.unwrap_or(head_dim);
-        if rope_dims != head_dim && n_heads > 0 && head_dim > 0 {
-            return Err(Error::Config {
-                file: file.to_owned(),
-                what: format!("partial RoPE ({rope_dims} of {head_dim} dims) is not supported"),
-            });
-        }
         let n_layers = usize_key(h, file, &k("block_count"))?;
         // Mixtral is `llama` with experts (of the dense FFN width, unless
         // the file says otherwise).
@@ -251,6 +254,7 @@ impl Config {
             Some(n) if n > 0 && arch == Arch::Llama => Arch::Mixtral,
             _ => arch,
         };
+        let fam = arch.family();
         let moe = match arch {
             Arch::Qwen3Moe | Arch::Mixtral => Some(Moe {
                 n_experts: usize_key(h, file, &k("expert_count"))?,
@@ -278,6 +282,61 @@ impl Config {
             // llama3 scaling is carried by the `rope_freqs.weight` tensor.
             _ => 1.0,
         };
+        let rope_base = opt_f32(h, file, &k("rope.freq_base"))?.unwrap_or(10000.0);
+        let mut scales = Scales {
+            embedding: opt_f32(h, file, &k("embedding_scale"))?.unwrap_or(1.0),
+            residual: opt_f32(h, file, &k("residual_scale"))?.unwrap_or(1.0),
+            attention: opt_f32(h, file, &k("attention.scale"))?.filter(|&s| s != 0.0),
+            logit: opt_f32(h, file, &k("logit_scale"))?.unwrap_or(1.0),
+            attn_softcap: None,
+            final_softcap: opt_f32(h, file, &k("final_logit_softcapping"))?.filter(|&s| s != 0.0),
+        };
+        if fam.embed_sqrt_dim {
+            scales.embedding = (dim as f32).sqrt();
+        }
+        if matches!(arch, Arch::Gemma2 | Arch::Gemma3) {
+            // llama.cpp: the 27B models scale queries by `(dim / heads)^-1/2`,
+            // the others by `head_dim^-1/2` (no key says which).
+            let big = (arch == Arch::Gemma2 && n_layers == 46) || n_layers == 62;
+            if big && n_heads > 0 {
+                scales.attention = Some(1.0 / (dim as f32 / n_heads as f32).sqrt());
+            }
+        }
+        if arch == Arch::Gemma2 {
+            scales.attn_softcap =
+                Some(opt_f32(h, file, &k("attn_logit_softcapping"))?.unwrap_or(50.0));
+            scales.final_softcap = Some(scales.final_softcap.unwrap_or(30.0));
+        }
+        // LongRoPE's magnitude correction multiplies both rotated Q and K.
+        if let Some(a) = opt_f32(h, file, &k("rope.scaling.attn_factor"))?.filter(|&a| a != 1.0) {
+            let base = scales.attention.unwrap_or(1.0 / (head_dim as f32).sqrt());
+            scales.attention = Some(base * a * a);
+        }
+        let swa =
+            match (
+                fam.swa_period,
+                opt_usize(h, file, &k("attention.sliding_window"))?,
+            ) {
+                (Some(period), window) => {
+                    // Gemma 2 files written before the key existed mean 4096.
+                    let window = window.unwrap_or(if arch == Arch::Gemma2 { 4096 } else { 0 });
+                    let period = opt_usize(h, file, &k("attention.sliding_window_pattern"))?
+                        .unwrap_or(period);
+                    // Gemma 3's local layers: base 10k unscaled; Gemma 2's: as global.
+                    let gemma3 = arch == Arch::Gemma3;
+                    let base_swa = opt_f32(h, file, &k("rope.freq_base_swa"))?
+                        .unwrap_or(if gemma3 { 10000.0 } else { rope_base });
+                    (window > 0).then(|| Swa {
+                        window,
+                        layers: Swa::pattern(n_layers, period),
+                        rope_base: base_swa,
+                        rope_freq_scale: if gemma3 { 1.0 } else { rope_freq_scale },
+                    })
+                }
+                // Other families' windows are ignored by llama.cpp too (Phi-3's,
+                // Mistral's: the files do not say which layers).
+                (None, _) => None,
+            };
         Config {
             arch,
             vocab_size: opt_usize(h, file, &k("vocab_size"))?.unwrap_or(vocab_fallback),
@@ -289,247 +348,35 @@ impl Config {
             ffn_dim,
             norm_eps: opt_f32(h, file, &k("attention.layer_norm_rms_epsilon"))?.unwrap_or(1e-5),
             context_length: opt_usize(h, file, &k("context_length"))?.unwrap_or(2048),
-            rope_base: opt_f32(h, file, &k("rope.freq_base"))?.unwrap_or(10000.0),
-            rope_style: match arch {
-                Arch::Llama | Arch::Granite | Arch::SmolLM3 | Arch::Mixtral => RopeStyle::Normal,
-                Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe => RopeStyle::Neox,
-            },
+            rope_base,
+            rope_style: fam.gguf_rope,
+            rope_dims: opt_usize(h, file, &k("rope.dimension_count"))?.unwrap_or(head_dim),
             rope_freq_scale,
             rope_freq_factors: None,
-            qkv_bias: arch == Arch::Qwen2,
-            qk_norm: matches!(arch, Arch::Qwen3 | Arch::Qwen3Moe),
-            scales: Scales {
-                embedding: opt_f32(h, file, &k("embedding_scale"))?.unwrap_or(1.0),
-                residual: opt_f32(h, file, &k("residual_scale"))?.unwrap_or(1.0),
-                attention: opt_f32(h, file, &k("attention.scale"))?.filter(|&s| s != 0.0),
-                logit: opt_f32(h, file, &k("logit_scale"))?.unwrap_or(1.0),
-            },
+            rope_orig_context: opt_usize(h, file, &k("rope.scaling.original_context_length"))?,
+            qkv_bias: fam.qkv_bias,
+            qk_norm: fam.qk_norm,
+            norms: fam.norms,
+            act: fam.act,
+            scales,
             // llama.cpp fixes SmolLM3's period at 4 (no GGUF key says it).
             no_rope: match arch {
                 Arch::SmolLM3 => every_nth_without_rope(n_layers, 4),
                 _ => Vec::new(),
             },
+            swa,
             moe,
         }
         .validate(file)
     }
-
-    /// Resolves a Hugging Face `config.json`.
-    pub fn from_hf_json(json: &str, file: &str) -> Result<Self> {
-        let c: HfConfig = serde_json::from_str(json).map_err(|e| Error::Config {
-            file: file.to_owned(),
-            what: e.to_string(),
-        })?;
-        let arch_name = c
-            .architectures
-            .first()
-            .cloned()
-            .or(c.model_type.clone())
-            .unwrap_or_default();
-        let arch = match arch_name.as_str() {
-            "LlamaForCausalLM" | "MistralForCausalLM" | "llama" | "mistral" => Arch::Llama,
-            "Qwen2ForCausalLM" | "qwen2" => Arch::Qwen2,
-            "Qwen3ForCausalLM" | "qwen3" => Arch::Qwen3,
-            "GraniteForCausalLM" | "granite" => Arch::Granite,
-            "SmolLM3ForCausalLM" | "smollm3" => Arch::SmolLM3,
-            "Qwen3MoeForCausalLM" | "qwen3_moe" => Arch::Qwen3Moe,
-            "MixtralForCausalLM" | "mixtral" => Arch::Mixtral,
-            other => {
-                return Err(Error::UnknownArchitecture {
-                    file: file.to_owned(),
-                    arch: other.to_owned(),
-                })
-            }
-        };
-        let n_kv_heads = c.num_key_value_heads.unwrap_or(c.num_attention_heads);
-        let head_dim = c.head_dim.unwrap_or(
-            c.hidden_size
-                .checked_div(c.num_attention_heads)
-                .unwrap_or(0),
-        );
-        let rope_base = c.rope_theta.unwrap_or(10000.0);
-        let (mut freq_scale, mut factors) = (1.0, None);
-        if let Some(s) = &c.rope_scaling {
-            match s.kind.as_deref().or(s.rope_type.as_deref()) {
-                Some("linear") => freq_scale = 1.0 / s.factor.unwrap_or(1.0),
-                Some("llama3") => factors = Some(llama3_freq_factors(head_dim, rope_base, s)),
-                Some("default") | None => {}
-                Some(other) => {
-                    return Err(Error::Config {
-                        file: file.to_owned(),
-                        what: format!("rope_scaling type {other:?} is not supported"),
-                    })
-                }
-            }
-        }
-        let moe = match arch {
-            Arch::Qwen3Moe | Arch::Mixtral => Some(hf_moe(&c, file, arch == Arch::Mixtral)?),
-            _ => None,
-        };
-        Config {
-            arch,
-            vocab_size: c.vocab_size,
-            dim: c.hidden_size,
-            n_layers: c.num_hidden_layers,
-            n_heads: c.num_attention_heads,
-            n_kv_heads,
-            head_dim,
-            ffn_dim: c
-                .intermediate_size
-                .or(moe.map(|m| m.expert_ffn_dim))
-                .unwrap_or(0),
-            norm_eps: c.rms_norm_eps.unwrap_or(1e-6),
-            context_length: c.max_position_embeddings.unwrap_or(2048),
-            rope_base,
-            // Hugging Face checkpoints keep Q/K unpermuted: rotate halves.
-            rope_style: RopeStyle::Neox,
-            rope_freq_scale: freq_scale,
-            rope_freq_factors: factors,
-            qkv_bias: arch == Arch::Qwen2 || c.attention_bias.unwrap_or(false),
-            qk_norm: matches!(arch, Arch::Qwen3 | Arch::Qwen3Moe),
-            scales: Scales {
-                embedding: c.embedding_multiplier.unwrap_or(1.0),
-                residual: c.residual_multiplier.unwrap_or(1.0),
-                attention: c.attention_multiplier.filter(|&s| s != 0.0),
-                logit: c.logits_scaling.unwrap_or(1.0),
-            },
-            // `no_rope_layers[i]` is 1 where layer i uses RoPE.
-            no_rope: match (&c.no_rope_layers, arch) {
-                (Some(v), _) => v.iter().map(|&r| r == 0).collect(),
-                (None, Arch::SmolLM3) => every_nth_without_rope(
-                    c.num_hidden_layers,
-                    c.no_rope_layer_interval.unwrap_or(4),
-                ),
-                (None, _) => Vec::new(),
-            },
-            moe,
-        }
-        .validate(file)
-    }
-}
-
-/// The subset of a Hugging Face `config.json` that Llama-family models use.
-#[derive(Debug, Deserialize)]
-pub struct HfConfig {
-    #[serde(default)]
-    pub architectures: Vec<String>,
-    pub model_type: Option<String>,
-    pub vocab_size: usize,
-    pub hidden_size: usize,
-    pub intermediate_size: Option<usize>,
-    pub num_hidden_layers: usize,
-    pub num_attention_heads: usize,
-    pub num_key_value_heads: Option<usize>,
-    pub head_dim: Option<usize>,
-    pub rms_norm_eps: Option<f32>,
-    pub rope_theta: Option<f32>,
-    pub max_position_embeddings: Option<usize>,
-    pub rope_scaling: Option<RopeScaling>,
-    pub tie_word_embeddings: Option<bool>,
-    pub attention_bias: Option<bool>,
-    /// SmolLM3's NoPE layers: 1 where a layer uses RoPE, else its period.
-    pub no_rope_layers: Option<Vec<u8>>,
-    pub no_rope_layer_interval: Option<usize>,
-    /// Granite's multipliers.
-    pub embedding_multiplier: Option<f32>,
-    pub residual_multiplier: Option<f32>,
-    pub attention_multiplier: Option<f32>,
-    pub logits_scaling: Option<f32>,
-    /// Qwen3-MoE's experts (Mixtral: `num_local_experts`).
-    pub num_experts: Option<usize>,
-    pub num_local_experts: Option<usize>,
-    pub num_experts_per_tok: Option<usize>,
-    pub moe_intermediate_size: Option<usize>,
-    pub norm_topk_prob: Option<bool>,
-    pub decoder_sparse_step: Option<usize>,
-    #[serde(default)]
-    pub mlp_only_layers: Vec<usize>,
-    pub bos_token_id: Option<serde_json::Value>,
-    pub eos_token_id: Option<serde_json::Value>,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct RopeScaling {
-    #[serde(rename = "type")]
-    pub kind: Option<String>,
-    pub rope_type: Option<String>,
-    pub factor: Option<f32>,
-    pub low_freq_factor: Option<f32>,
-    pub high_freq_factor: Option<f32>,
-    pub original_max_position_embeddings: Option<f32>,
-}
-
-/// Llama 3's frequency factors, as `convert_hf_to_gguf.py` writes them into
-/// `rope_freqs.weight`: the divisor of each pair's base frequency.
-pub fn llama3_freq_factors(head_dim: usize, base: f32, s: &RopeScaling) -> Vec<f32> {
-    let factor = s.factor.unwrap_or(8.0);
-    let low = s.low_freq_factor.unwrap_or(1.0);
-    let high = s.high_freq_factor.unwrap_or(4.0);
-    let old_ctx = s.original_max_position_embeddings.unwrap_or(8192.0);
-    let (low_wavelen, high_wavelen) = (old_ctx / low, old_ctx / high);
-    (0..head_dim / 2)
-        .map(|i| {
-            let freq = 1.0 / base.powf(2.0 * i as f32 / head_dim as f32);
-            let wavelen = 2.0 * std::f32::consts::PI / freq;
-            if wavelen < high_wavelen {
-                1.0
-            } else if wavelen > low_wavelen {
-                factor
-            } else {
-                let smooth = (old_ctx / wavelen - low) / (high - low);
-                1.0 / ((1.0 - smooth) / factor + smooth)
-            }
-        })
-        .collect()
-}
-
-/// The experts of a Qwen3-MoE or (`mixtral`) Mixtral `config.json`;
-/// models that mix dense and MoE layers (`decoder_sparse_step` > 1,
-/// `mlp_only_layers`) are refused. Mixtral's experts have the dense width
-/// and always renormalize their weights.
-fn hf_moe(c: &HfConfig, file: &str, mixtral: bool) -> Result<Moe> {
-    let missing = |key: &str| Error::MissingKey {
-        file: file.to_owned(),
-        key: key.to_owned(),
-    };
-    if c.decoder_sparse_step.unwrap_or(1) != 1 || !c.mlp_only_layers.is_empty() {
-        return Err(Error::Config {
-            file: file.to_owned(),
-            what: "models mixing dense and mixture-of-experts layers are not supported".into(),
-        });
-    }
-    if mixtral {
-        return Ok(Moe {
-            n_experts: c
-                .num_local_experts
-                .ok_or_else(|| missing("num_local_experts"))?,
-            top_k: c
-                .num_experts_per_tok
-                .ok_or_else(|| missing("num_experts_per_tok"))?,
-            expert_ffn_dim: c
-                .intermediate_size
-                .ok_or_else(|| missing("intermediate_size"))?,
-            norm_topk: true,
-        });
-    }
-    Ok(Moe {
-        n_experts: c.num_experts.ok_or_else(|| missing("num_experts"))?,
-        top_k: c
-            .num_experts_per_tok
-            .ok_or_else(|| missing("num_experts_per_tok"))?,
-        expert_ffn_dim: c
-            .moe_intermediate_size
-            .ok_or_else(|| missing("moe_intermediate_size"))?,
-        norm_topk: c.norm_topk_prob.unwrap_or(false),
-    })
 }
 
 /// Layers `n - 1, 2n - 1, ...` (1-based: every `n`-th) without RoPE.
-fn every_nth_without_rope(layers: usize, n: usize) -> Vec<bool> {
+pub(crate) fn every_nth_without_rope(layers: usize, n: usize) -> Vec<bool> {
     (0..layers).map(|i| n > 0 && (i + 1) % n == 0).collect()
 }
 
-fn str_key<'a>(h: &'a GgufHeader, file: &str, key: &str) -> Result<&'a str> {
+pub(crate) fn str_key<'a>(h: &'a GgufHeader, file: &str, key: &str) -> Result<&'a str> {
     let v = h.get(key).ok_or_else(|| Error::MissingKey {
         file: file.to_owned(),
         key: key.to_owned(),
@@ -541,7 +388,7 @@ fn str_key<'a>(h: &'a GgufHeader, file: &str, key: &str) -> Result<&'a str> {
     })
 }
 
-fn opt_usize(h: &GgufHeader, file: &str, key: &str) -> Result<Option<usize>> {
+pub(crate) fn opt_usize(h: &GgufHeader, file: &str, key: &str) -> Result<Option<usize>> {
     match h.get(key) {
         None => Ok(None),
         Some(v) => v
@@ -556,14 +403,14 @@ fn opt_usize(h: &GgufHeader, file: &str, key: &str) -> Result<Option<usize>> {
     }
 }
 
-fn usize_key(h: &GgufHeader, file: &str, key: &str) -> Result<usize> {
+pub(crate) fn usize_key(h: &GgufHeader, file: &str, key: &str) -> Result<usize> {
     opt_usize(h, file, key)?.ok_or_else(|| Error::MissingKey {
         file: file.to_owned(),
         key: key.to_owned(),
     })
 }
 
-fn opt_f32(h: &GgufHeader, file: &str, key: &str) -> Result<Option<f32>> {
+pub(crate) fn opt_f32(h: &GgufHeader, file: &str, key: &str) -> Result<Option<f32>> {
     match h.get(key) {
         None => Ok(None),
         Some(v) => v
@@ -574,61 +421,5 @@ fn opt_f32(h: &GgufHeader, file: &str, key: &str) -> Result<Option<f32>> {
                 key: key.to_owned(),
                 want: "number",
             }),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn qwen3moe_json(extra: &str) -> String {
-        format!(
-            r#"{{"architectures": ["Qwen3MoeForCausalLM"], "vocab_size": 100,
-            "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-            "num_experts": 8, "moe_intermediate_size": 32 {extra}}}"#
-        )
-    }
-
-    #[test]
-    fn mixtures_of_experts_are_checked() {
-        let c = Config::from_hf_json(
-            &qwen3moe_json(r#", "num_experts_per_tok": 2, "norm_topk_prob": true"#),
-            "c",
-        )
-        .unwrap();
-        let want = Moe {
-            n_experts: 8,
-            top_k: 2,
-            expert_ffn_dim: 32,
-            norm_topk: true,
-        };
-        assert_eq!(c.moe, Some(want));
-        assert!(c.qk_norm);
-        // The dense width defaults to the experts' where the file has none.
-        assert_eq!(c.ffn_dim, 32);
-        let err = |extra: &str| {
-            Config::from_hf_json(&qwen3moe_json(extra), "c")
-                .unwrap_err()
-                .to_string()
-        };
-        assert!(err("").contains("num_experts_per_tok"), "{}", err(""));
-        assert!(err(r#", "num_experts_per_tok": 9"#).contains("9 of 8 experts"));
-        let mixed = err(r#", "num_experts_per_tok": 2, "mlp_only_layers": [1]"#);
-        assert!(mixed.contains("mixing dense"), "{mixed}");
-        // Mixtral: experts of the dense width, always renormalized.
-        let c = Config::from_hf_json(
-            r#"{"architectures": ["MixtralForCausalLM"], "vocab_size": 100,
-            "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
-            "num_attention_heads": 4, "num_local_experts": 8, "num_experts_per_tok": 2}"#,
-            "c",
-        )
-        .unwrap();
-        assert_eq!(c.arch, Arch::Mixtral);
-        let want = Moe {
-            expert_ffn_dim: 96,
-            ..want
-        };
-        assert_eq!(c.moe, Some(want));
-        assert!(!c.qk_norm);
     }
 }

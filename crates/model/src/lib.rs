@@ -7,17 +7,20 @@
 //! detokenizer, chat templates, and sampling. Nothing here does network I/O
 //! or async; the only `unsafe` is the memory map in [`mmap`].
 
+pub mod arch;
 pub mod chat;
 pub mod config;
 pub mod detok;
 pub mod error;
 pub mod fuzz;
 pub mod gguf;
+pub mod hf_config;
 pub mod kv;
 pub mod llama;
 pub mod loader;
 pub mod mmap;
 pub mod moe;
+pub mod naming;
 pub mod prompt;
 pub mod safetensors;
 pub mod sampler;

@@ -1,4 +1,4 @@
-//! The Llama-family forward pass over a batch of sequences.
+//! The decoder forward pass over a batch of sequences, for every family.
 //!
 //! One call processes any mix of prefill chunks and decode steps: every
 //! sequence brings its new tokens, the position of the first one, and the
@@ -6,111 +6,66 @@
 //! one activation matrix so each weight matrix is read once per call.
 //!
 //! ```text
-//! x = embed[tokens]                                    (T, dim)
+//! x = embed[tokens] * embedding scale                  (T, dim)
 //! for each layer:
-//!     h = rmsnorm(x) ; q,k,v = h·Wq, h·Wk, h·Wv (+bias)  (T, q_dim), (T, kv_dim)
-//!     (qwen3: rmsnorm over each head of q and k)
-//!     rope(q, k) at each token's position; store k, v in the paged cache
-//!     a = attention(q, cache[0..=pos]) ; x += a·Wo         (T, dim)
-//!     h = rmsnorm(x) ; x += (silu(h·Wg) * h·Wu)·Wd         (T, ffn) -> (T, dim)
-//! logits = rmsnorm(x[last of each sequence]) · Wout      (S, vocab)
-//! (qwen3moe: the FFN is a routed mixture of experts, see `crate::moe`)
-//! (smollm3: no RoPE on every 4th layer; granite: embeddings, each block's output, the attention scale and the
-//! logits carry constant multipliers, `Config::scales`)
+//!     h = norm(x) ; q,k,v = h·Wq, h·Wk, h·Wv (+bias)     (T, q_dim), (T, kv_dim)
+//!     (Q/K norm per head or over all heads)
+//!     rope(q, k) at each token's position (the layer's RoPE, or none);
+//!     store k, v in the paged cache
+//!     a = attention(q, cache, the layer's window, soft cap)
+//!     x += post_norm(a·Wo) * residual scale                (T, dim)
+//!     h = norm(x) ; x += post_norm(act(h·Wg) * h·Wu)·Wd    (T, ffn) -> (T, dim)
+//!         (or a routed mixture of experts, see `crate::moe`)
+//! logits = norm(x[last of each sequence]) · Wout / logit scale, soft-capped
 //! ```
+//!
+//! Where each norm sits, which activation, Q/K norm, windows, RoPE
+//! variants and multipliers come from the [`Config`], resolved per layer
+//! into a [`LayerSpec`] at load: the loop below names no model family.
 
-use crate::config::{Arch, Config};
+use crate::config::{Act, Config, Norms, QkNorm};
 use crate::kv::KvCache;
 use crate::moe::{MoeFfn, MoeScratch};
+pub use crate::naming::Naming;
 use crate::weights::{Tensor, TensorSource};
 use crate::{Error, Result};
 use hasten_kernels::attention::{attend_tile, tile_scores_len, HeadView};
 use hasten_kernels::matmul::matmul;
-use hasten_kernels::ops::{add_assign, rms_norm, silu_mul, Rope};
+use hasten_kernels::ops::{add_assign, gelu_mul, rms_norm, silu_mul, softcap, Rope};
 use hasten_kernels::threads::{par_chunks, Threads};
-
-/// How a file names its tensors.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Naming {
-    /// llama.cpp names: `blk.N.attn_q.weight`.
-    Gguf,
-    /// Hugging Face names: `model.layers.N.self_attn.q_proj.weight`.
-    HuggingFace,
-}
-
-impl Naming {
-    fn global(self, part: &str) -> &'static str {
-        match (self, part) {
-            (Naming::Gguf, "embed") => "token_embd.weight",
-            (Naming::Gguf, "norm") => "output_norm.weight",
-            (Naming::Gguf, "output") => "output.weight",
-            (Naming::HuggingFace, "embed") => "model.embed_tokens.weight",
-            (Naming::HuggingFace, "norm") => "model.norm.weight",
-            (Naming::HuggingFace, "output") => "lm_head.weight",
-            _ => unreachable!("unknown global tensor {part}"),
-        }
-    }
-
-    fn layer(self, i: usize, part: &str) -> String {
-        let hf = match part {
-            "attn_norm" => "input_layernorm.weight",
-            "q" => "self_attn.q_proj.weight",
-            "k" => "self_attn.k_proj.weight",
-            "v" => "self_attn.v_proj.weight",
-            "q_bias" => "self_attn.q_proj.bias",
-            "k_bias" => "self_attn.k_proj.bias",
-            "v_bias" => "self_attn.v_proj.bias",
-            "q_norm" => "self_attn.q_norm.weight",
-            "k_norm" => "self_attn.k_norm.weight",
-            "o" => "self_attn.o_proj.weight",
-            "ffn_norm" => "post_attention_layernorm.weight",
-            "gate" => "mlp.gate_proj.weight",
-            "up" => "mlp.up_proj.weight",
-            "down" => "mlp.down_proj.weight",
-            _ => unreachable!("unknown layer tensor {part}"),
-        };
-        let gguf = match part {
-            "attn_norm" => "attn_norm.weight",
-            "q" => "attn_q.weight",
-            "k" => "attn_k.weight",
-            "v" => "attn_v.weight",
-            "q_bias" => "attn_q.bias",
-            "k_bias" => "attn_k.bias",
-            "v_bias" => "attn_v.bias",
-            "q_norm" => "attn_q_norm.weight",
-            "k_norm" => "attn_k_norm.weight",
-            "o" => "attn_output.weight",
-            "ffn_norm" => "ffn_norm.weight",
-            "gate" => "ffn_gate.weight",
-            "up" => "ffn_up.weight",
-            "down" => "ffn_down.weight",
-            _ => unreachable!(),
-        };
-        match self {
-            Naming::Gguf => format!("blk.{i}.{gguf}"),
-            Naming::HuggingFace => format!("model.layers.{i}.{hf}"),
-        }
-    }
-}
 
 #[derive(Debug)]
 struct Layer {
-    attn_norm: Vec<f32>,
+    /// Pre-attention norm (absent where norms come after, OLMo 2).
+    attn_norm: Option<Vec<f32>>,
     wq: Tensor,
     wk: Tensor,
     wv: Tensor,
     bias: Option<[Vec<f32>; 3]>,
-    /// Per-head RMSNorm weights of Q and K (`head_dim` each).
+    /// RMSNorm weights of Q and K (per head: `head_dim` each; over all
+    /// heads: `q_dim` and `kv_dim`).
     qk_norm: Option<[Vec<f32>; 2]>,
     wo: Tensor,
-    ffn_norm: Vec<f32>,
+    attn_post_norm: Option<Vec<f32>>,
+    ffn_norm: Option<Vec<f32>>,
+    ffn_post_norm: Option<Vec<f32>>,
     ffn: Ffn,
+    spec: LayerSpec,
+}
+
+/// What varies between the layers of one model, resolved at load.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LayerSpec {
+    /// Which of the model's RoPE tables rotates Q and K (`None`: NoPE).
+    rope: Option<usize>,
+    /// Sliding-window width, if the layer is local.
+    window: Option<usize>,
 }
 
 /// A layer's feed-forward block.
 #[derive(Debug)]
 enum Ffn {
-    /// SwiGLU: `(silu(h·Wg) * h·Wu)·Wd`.
+    /// Gated: `(act(h·Wg) * h·Wu)·Wd`.
     Dense {
         gate: Tensor,
         up: Tensor,
@@ -198,6 +153,151 @@ fn norm_heads(x: &mut [f32], w: &[f32], eps: f32, hd: usize) {
     }
 }
 
+/// Layer `i`'s weights and spec. `norm` reads an RMSNorm weight vector.
+fn load_layer(
+    src: &dyn TensorSource,
+    c: &Config,
+    naming: Naming,
+    i: usize,
+    norm: &dyn Fn(&str, usize) -> Result<Vec<f32>>,
+) -> Result<Layer> {
+    let (dim, qd, kvd, ffn) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim);
+    let l = |p: &str| naming.layer(i, p);
+    let vec_f32 = |name: &str, len: usize| src.get_shaped(name, &[len])?.to_f32();
+    let bias = if c.qkv_bias {
+        Some([
+            vec_f32(&l("q_bias"), qd)?,
+            vec_f32(&l("k_bias"), kvd)?,
+            vec_f32(&l("v_bias"), kvd)?,
+        ])
+    } else {
+        None
+    };
+    let qk_norm = match c.qk_norm {
+        QkNorm::None => None,
+        QkNorm::PerHead => Some([
+            norm(&l("q_norm"), c.head_dim)?,
+            norm(&l("k_norm"), c.head_dim)?,
+        ]),
+        QkNorm::Full => Some([norm(&l("q_norm"), qd)?, norm(&l("k_norm"), kvd)?]),
+    };
+    // Phi-3 fuses Q, K and V into one matrix: three row ranges of it.
+    let [wq, wk, wv] = match src.find(&l("qkv")) {
+        Some(_) => {
+            let t = src.get_shaped(&l("qkv"), &[dim, qd + 2 * kvd])?;
+            [
+                t.slice_rows(0, qd, "q")?,
+                t.slice_rows(qd, kvd, "k")?,
+                t.slice_rows(qd + kvd, kvd, "v")?,
+            ]
+        }
+        None => [
+            src.get_shaped(&l("q"), &[dim, qd])?,
+            src.get_shaped(&l("k"), &[dim, kvd])?,
+            src.get_shaped(&l("v"), &[dim, kvd])?,
+        ],
+    };
+    let (attn_norm, ffn_norm, attn_post_norm, ffn_post_norm) = match c.norms {
+        Norms::Pre => (Some(l("attn_norm")), Some(l("ffn_norm")), None, None),
+        Norms::Sandwich => (
+            Some(l("attn_norm")),
+            Some(l("pre_ffn_norm")),
+            Some(l("attn_post_norm")),
+            Some(l("ffn_post_norm")),
+        ),
+        Norms::Post => (
+            None,
+            None,
+            Some(l("attn_post_norm")),
+            Some(l("ffn_post_norm")),
+        ),
+    };
+    let opt_norm = |name: Option<String>| name.map(|n| norm(&n, dim)).transpose();
+    let ffn = match c.moe {
+        Some(m) => Ffn::Moe(MoeFfn::load(src, naming, i, c, m)?),
+        // Phi-3 fuses gate and up: the gate is the first half of the rows.
+        None if src.find(&l("gate")).is_none() && src.find(&l("gate_up")).is_some() => {
+            let t = src.get_shaped(&l("gate_up"), &[dim, 2 * ffn])?;
+            Ffn::Dense {
+                gate: t.slice_rows(0, ffn, "gate")?,
+                up: t.slice_rows(ffn, ffn, "up")?,
+                down: src.get_shaped(&l("down"), &[ffn, dim])?,
+            }
+        }
+        None => Ffn::Dense {
+            gate: src.get_shaped(&l("gate"), &[dim, ffn])?,
+            up: src.get_shaped(&l("up"), &[dim, ffn])?,
+            down: src.get_shaped(&l("down"), &[ffn, dim])?,
+        },
+    };
+    let local = c.swa.as_ref().filter(|w| w.layers[i]);
+    let spec = LayerSpec {
+        rope: match (c.no_rope.get(i).copied().unwrap_or(false), local) {
+            (true, _) => None,
+            (false, Some(_)) => Some(1),
+            (false, None) => Some(0),
+        },
+        window: local.map(|w| w.window),
+    };
+    Ok(Layer {
+        attn_norm: opt_norm(attn_norm)?,
+        wq,
+        wk,
+        wv,
+        bias,
+        qk_norm,
+        wo: src.get_shaped(&l("o"), &[qd, dim])?,
+        attn_post_norm: opt_norm(attn_post_norm)?,
+        ffn_norm: opt_norm(ffn_norm)?,
+        ffn_post_norm: opt_norm(ffn_post_norm)?,
+        ffn,
+        spec,
+    })
+}
+
+/// Frequency factors GGUF files carry as tensors: Llama 3's
+/// `rope_freqs.weight`, or Phi-3's LongRoPE pair (the long factors once
+/// the context exceeds the original one, as llama.cpp chooses).
+fn load_rope_factors(src: &dyn TensorSource, config: &mut Config, naming: Naming) -> Result<()> {
+    if naming != Naming::Gguf {
+        return Ok(());
+    }
+    let pairs = config.rope_dims / 2;
+    let name = match config.rope_orig_context {
+        Some(orig) if config.context_length > orig => "rope_factors_long.weight",
+        _ if src.find("rope_factors_short.weight").is_some() => "rope_factors_short.weight",
+        _ => "rope_freqs.weight",
+    };
+    if src.find(name).is_some() {
+        config.rope_freq_factors = Some(src.get_shaped(name, &[pairs])?.to_f32()?);
+    }
+    Ok(())
+}
+
+/// The global RoPE table and, for sliding-window layers, the local one.
+fn rope_tables(c: &Config) -> Vec<Rope> {
+    let global = Rope::new(
+        c.rope_style,
+        c.rope_dims,
+        c.rope_base,
+        c.rope_freq_scale,
+        c.rope_freq_factors.as_deref(),
+    );
+    let local = c.swa.as_ref().map_or_else(
+        || global.clone(),
+        |w| {
+            Rope::new(
+                c.rope_style,
+                c.rope_dims,
+                w.rope_base,
+                w.rope_freq_scale,
+                c.rope_freq_factors.as_deref(),
+            )
+        },
+    );
+    vec![global, local]
+}
+
 thread_local! {
     /// Attention scores and the gathered queries of the tile in flight on
     /// this thread (grown, never shrunk).
@@ -214,7 +314,9 @@ pub struct Model {
     norm: Vec<f32>,
     output: Tensor,
     pub tied_embeddings: bool,
-    rope: Rope,
+    /// The global RoPE, then (for sliding-window layers with their own
+    /// base) the local one.
+    ropes: Vec<Rope>,
 }
 
 /// One sequence's part of a batch.
@@ -277,9 +379,22 @@ impl Scratch {
 impl Model {
     /// Builds the model from `src`, checking every tensor's shape.
     pub fn load(src: &dyn TensorSource, config: Config, naming: Naming) -> Result<Self> {
+        let mut config = config;
         let c = &config;
-        let (dim, qd, kvd, ffn) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim);
+        let dim = c.dim;
+        // Gemma's Hugging Face norms hold `w - 1`.
+        let offset = if naming == Naming::HuggingFace && c.arch.family().hf_norm_offset {
+            1.0
+        } else {
+            0.0
+        };
         let vec_f32 = |name: &str, len: usize| src.get_shaped(name, &[len])?.to_f32();
+        let norm = |name: &str, len: usize| -> Result<Vec<f32>> {
+            Ok(vec_f32(name, len)?
+                .into_iter()
+                .map(|w| w + offset)
+                .collect())
+        };
         let embed = src.get_shaped(naming.global("embed"), &[dim, c.vocab_size])?;
         let (output, tied) = match src.find(naming.global("output")) {
             Some(_) => (
@@ -290,58 +405,11 @@ impl Model {
         };
         let mut layers = Vec::with_capacity(c.n_layers);
         for i in 0..c.n_layers {
-            let l = |p: &str| naming.layer(i, p);
-            let bias = if c.qkv_bias {
-                Some([
-                    vec_f32(&l("q_bias"), qd)?,
-                    vec_f32(&l("k_bias"), kvd)?,
-                    vec_f32(&l("v_bias"), kvd)?,
-                ])
-            } else {
-                None
-            };
-            let qk_norm = if c.qk_norm {
-                Some([
-                    vec_f32(&l("q_norm"), c.head_dim)?,
-                    vec_f32(&l("k_norm"), c.head_dim)?,
-                ])
-            } else {
-                None
-            };
-            layers.push(Layer {
-                qk_norm,
-                attn_norm: vec_f32(&l("attn_norm"), dim)?,
-                wq: src.get_shaped(&l("q"), &[dim, qd])?,
-                wk: src.get_shaped(&l("k"), &[dim, kvd])?,
-                wv: src.get_shaped(&l("v"), &[dim, kvd])?,
-                bias,
-                wo: src.get_shaped(&l("o"), &[qd, dim])?,
-                ffn_norm: vec_f32(&l("ffn_norm"), dim)?,
-                ffn: match c.moe {
-                    Some(m) => Ffn::Moe(MoeFfn::load(src, naming, i, c, m)?),
-                    None => Ffn::Dense {
-                        gate: src.get_shaped(&l("gate"), &[dim, ffn])?,
-                        up: src.get_shaped(&l("up"), &[dim, ffn])?,
-                        down: src.get_shaped(&l("down"), &[ffn, dim])?,
-                    },
-                },
-            });
+            layers.push(load_layer(src, c, naming, i, &norm)?);
         }
-        let mut config = config;
-        if naming == Naming::Gguf && matches!(config.arch, Arch::Llama | Arch::Mixtral) {
-            if let Some(t) = src.find("rope_freqs.weight") {
-                config.rope_freq_factors =
-                    Some(src.get_shaped(&t.name, &[config.head_dim / 2])?.to_f32()?);
-            }
-        }
-        let rope = Rope::new(
-            config.rope_style,
-            config.head_dim,
-            config.rope_base,
-            config.rope_freq_scale,
-            config.rope_freq_factors.as_deref(),
-        );
-        let norm = vec_f32(naming.global("norm"), dim)?;
+        load_rope_factors(src, &mut config, naming)?;
+        let ropes = rope_tables(&config);
+        let norm = norm(naming.global("norm"), dim)?;
         // Interleaved copies for the fast kernels; HASTEN_REPACK=0 keeps the
         // file layout (for comparisons).
         let mut output = output;
@@ -366,7 +434,7 @@ impl Model {
             norm,
             output,
             tied_embeddings: tied,
-            rope,
+            ropes,
         })
     }
 
@@ -443,7 +511,7 @@ impl Model {
     ) -> Result<&'s [f32]> {
         self.check_batch(batch, kv, s)?;
         let c = &self.config;
-        let (dim, qd, kvd, ffn, hd) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim, c.head_dim);
+        let dim = c.dim;
         s.tok.clear();
         for (i, b) in batch.iter().enumerate() {
             s.tok
@@ -455,129 +523,14 @@ impl Model {
         let sc = c.scales;
         for (row, &tok) in s.x.chunks_exact_mut(dim).zip(tokens) {
             embed.dequantize_row(tok as usize, row)?;
-            if sc.embedding != 1.0 {
-                row.iter_mut().for_each(|v| *v *= sc.embedding);
-            }
+            scale_rows(row, sc.embedding);
         }
-        let x = &mut s.x[..t * dim];
-        let scale = sc.attention.unwrap_or(1.0 / (hd as f32).sqrt());
         for (li, layer) in self.layers.iter().enumerate() {
-            // Attention.
-            let h = &mut s.h[..t * dim];
-            norm_rows(x, &layer.attn_norm, c.norm_eps, h, dim, threads);
-            let (q, k, v) = (&mut s.q[..t * qd], &mut s.k[..t * kvd], &mut s.v[..t * kvd]);
-            matmul(&layer.wq.matrix()?, h, q, threads)?;
-            matmul(&layer.wk.matrix()?, h, k, threads)?;
-            matmul(&layer.wv.matrix()?, h, v, threads)?;
-            if let Some([bq, bk, bv]) = &layer.bias {
-                q.chunks_exact_mut(qd).for_each(|r| add_assign(r, bq));
-                k.chunks_exact_mut(kvd).for_each(|r| add_assign(r, bk));
-                v.chunks_exact_mut(kvd).for_each(|r| add_assign(r, bv));
-            }
-            if let Some([nq, nk]) = &layer.qk_norm {
-                norm_heads(q, nq, c.norm_eps, hd);
-                norm_heads(k, nk, c.norm_eps, hd);
-            }
-            let nope = c.no_rope.get(li).copied().unwrap_or(false);
-            for (j, &(seq, pos)) in s.tok.iter().enumerate() {
-                if !nope {
-                    self.rope.apply(&mut q[j * qd..(j + 1) * qd], hd, pos);
-                    self.rope.apply(&mut k[j * kvd..(j + 1) * kvd], hd, pos);
-                }
-                let table = batch[seq].block_table;
-                let slot =
-                    table[pos / kv.block_size] as usize * kv.block_size + pos % kv.block_size;
-                kv.store(
-                    li,
-                    slot,
-                    &k[j * kvd..(j + 1) * kvd],
-                    &v[j * kvd..(j + 1) * kvd],
-                );
-            }
-            let paged = kv.layer(li);
-            let tok = &s.tok;
-            let q = &*q;
-            let (n_kv, group) = (c.n_kv_heads, c.n_heads / c.n_kv_heads);
-            // One work item per (KV head, token), KV heads outermost: each
-            // contiguous piece mixes short and long contexts, balancing the
-            // threads during prefill. Inside a piece, runs of up to
-            // ATTN_TILE consecutive tokens of one sequence form a tile whose
-            // K/V rows are read once for all its tokens and query heads.
-            // `att_t` is [kv head][token][group][head_dim].
-            let gq = group * hd;
-            par_chunks(&mut s.att_t[..t * qd], gq, threads, |first, piece| {
-                ATTN_BUF.with(|buf| {
-                    let (sc, qt) = &mut *buf.borrow_mut();
-                    let items = piece.len() / gq;
-                    let mut i = 0;
-                    while i < items {
-                        let (kvh, j) = ((first + i) / t, (first + i) % t);
-                        let (seq, pos) = tok[j];
-                        let mut n = 1;
-                        while n < ATTN_TILE
-                            && i + n < items
-                            && j + n < t
-                            && tok[j + n] == (seq, pos + n)
-                        {
-                            n += 1;
-                        }
-                        qt.clear();
-                        for tj in j..j + n {
-                            let at = tj * qd + kvh * gq;
-                            qt.extend_from_slice(&q[at..at + gq]);
-                        }
-                        let need = tile_scores_len(n, group, pos + 1);
-                        if sc.len() < need {
-                            sc.resize(need, 0.0);
-                        }
-                        let view = HeadView {
-                            kv: paged,
-                            table: batch[seq].block_table,
-                            kvh,
-                            scale,
-                        };
-                        let out = &mut piece[i * gq..(i + n) * gq];
-                        attend_tile(&view, qt, n, pos + 1, &mut sc[..need], out);
-                        i += n;
-                    }
-                })
-            });
-            for kvh in 0..n_kv {
-                for j in 0..t {
-                    let src = (kvh * t + j) * group * hd;
-                    let dst = j * qd + kvh * group * hd;
-                    s.att[dst..dst + group * hd].copy_from_slice(&s.att_t[src..src + group * hd]);
-                }
-            }
-            let proj = &mut s.proj[..t * dim];
-            matmul(&layer.wo.matrix()?, &s.att[..t * qd], proj, threads)?;
-            scale_rows(proj, sc.residual);
-            par_elementwise(x, proj, threads, PAR_ADD, add_assign);
-            // Feed-forward.
-            norm_rows(x, &layer.ffn_norm, c.norm_eps, h, dim, threads);
-            match &layer.ffn {
-                Ffn::Dense {
-                    gate: wg,
-                    up: wu,
-                    down: wd,
-                } => {
-                    let (gate, up) = (&mut s.gate[..t * ffn], &mut s.up[..t * ffn]);
-                    matmul(&wg.matrix()?, h, gate, threads)?;
-                    matmul(&wu.matrix()?, h, up, threads)?;
-                    par_elementwise(gate, up, threads, PAR_SILU, silu_mul);
-                    matmul(&wd.matrix()?, gate, proj, threads)?;
-                }
-                Ffn::Moe(m) => {
-                    let ms = s.moe.as_mut().ok_or_else(|| {
-                        Error::Batch("scratch made for a model without experts".into())
-                    })?;
-                    m.forward(h, proj, dim, ms, threads)?;
-                }
-            }
-            scale_rows(proj, sc.residual);
-            par_elementwise(x, proj, threads, PAR_ADD, add_assign);
+            self.attention(li, layer, batch, kv, s, threads)?;
+            self.feed_forward(layer, t, s, threads)?;
         }
         // Logits for the last new token of each sequence that wants them.
+        let x = &s.x[..t * dim];
         let mut n = 0;
         let mut end = 0;
         for b in batch {
@@ -596,7 +549,208 @@ impl Model {
         if n > 0 {
             matmul(&self.output.matrix()?, &s.last[..n * dim], logits, threads)?;
             scale_rows(logits, 1.0 / sc.logit);
+            if let Some(cap) = sc.final_softcap {
+                softcap(logits, cap);
+            }
         }
         Ok(logits)
     }
+
+    /// Layer `li`'s attention block: `x += post_norm(attention(norm(x)))`.
+    fn attention(
+        &self,
+        li: usize,
+        layer: &Layer,
+        batch: &[SeqBatch<'_>],
+        kv: &mut KvCache,
+        s: &mut Scratch,
+        threads: Threads,
+    ) -> Result<()> {
+        let c = &self.config;
+        let (dim, qd, kvd, hd) = (c.dim, c.q_dim(), c.kv_dim(), c.head_dim);
+        let t = s.tok.len();
+        let x = &mut s.x[..t * dim];
+        let h = &mut s.h[..t * dim];
+        let input: &[f32] = match &layer.attn_norm {
+            Some(w) => {
+                norm_rows(x, w, c.norm_eps, h, dim, threads);
+                h
+            }
+            None => x,
+        };
+        let (q, k, v) = (&mut s.q[..t * qd], &mut s.k[..t * kvd], &mut s.v[..t * kvd]);
+        matmul(&layer.wq.matrix()?, input, q, threads)?;
+        matmul(&layer.wk.matrix()?, input, k, threads)?;
+        matmul(&layer.wv.matrix()?, input, v, threads)?;
+        if let Some([bq, bk, bv]) = &layer.bias {
+            q.chunks_exact_mut(qd).for_each(|r| add_assign(r, bq));
+            k.chunks_exact_mut(kvd).for_each(|r| add_assign(r, bk));
+            v.chunks_exact_mut(kvd).for_each(|r| add_assign(r, bv));
+        }
+        if let Some([nq, nk]) = &layer.qk_norm {
+            // Per head, or (OLMo 2) the weights span every head: one row.
+            norm_heads(q, nq, c.norm_eps, nq.len());
+            norm_heads(k, nk, c.norm_eps, nk.len());
+        }
+        let rope = layer.spec.rope.map(|r| &self.ropes[r]);
+        for (j, &(seq, pos)) in s.tok.iter().enumerate() {
+            if let Some(rope) = rope {
+                rope.apply(&mut q[j * qd..(j + 1) * qd], hd, pos);
+                rope.apply(&mut k[j * kvd..(j + 1) * kvd], hd, pos);
+            }
+            let table = batch[seq].block_table;
+            let slot = table[pos / kv.block_size] as usize * kv.block_size + pos % kv.block_size;
+            kv.store(
+                li,
+                slot,
+                &k[j * kvd..(j + 1) * kvd],
+                &v[j * kvd..(j + 1) * kvd],
+            );
+        }
+        let view = HeadView {
+            kv: kv.layer(li),
+            table: &[],
+            kvh: 0,
+            scale: c.scales.attention.unwrap_or(1.0 / (hd as f32).sqrt()),
+            window: layer.spec.window,
+            softcap: c.scales.attn_softcap,
+        };
+        attend_all(c, &view, batch, &s.tok, q, &mut s.att_t[..t * qd], threads);
+        let (n_kv, group) = (c.n_kv_heads, c.n_heads / c.n_kv_heads);
+        for kvh in 0..n_kv {
+            for j in 0..t {
+                let src = (kvh * t + j) * group * hd;
+                let dst = j * qd + kvh * group * hd;
+                s.att[dst..dst + group * hd].copy_from_slice(&s.att_t[src..src + group * hd]);
+            }
+        }
+        let proj = &mut s.proj[..t * dim];
+        matmul(&layer.wo.matrix()?, &s.att[..t * qd], proj, threads)?;
+        self.add_residual(layer.attn_post_norm.as_deref(), t, s, threads);
+        Ok(())
+    }
+
+    /// `x += post_norm(proj) * residual scale`, `proj` the block's output.
+    fn add_residual(&self, post_norm: Option<&[f32]>, t: usize, s: &mut Scratch, threads: Threads) {
+        let c = &self.config;
+        let dim = c.dim;
+        let (x, proj, h) = (
+            &mut s.x[..t * dim],
+            &mut s.proj[..t * dim],
+            &mut s.h[..t * dim],
+        );
+        let out: &mut [f32] = match post_norm {
+            Some(w) => {
+                norm_rows(proj, w, c.norm_eps, h, dim, threads);
+                h
+            }
+            None => proj,
+        };
+        scale_rows(out, c.scales.residual);
+        par_elementwise(x, out, threads, PAR_ADD, add_assign);
+    }
+
+    /// The layer's FFN block: `x += post_norm(ffn(norm(x)))`.
+    fn feed_forward(
+        &self,
+        layer: &Layer,
+        t: usize,
+        s: &mut Scratch,
+        threads: Threads,
+    ) -> Result<()> {
+        let c = &self.config;
+        let (dim, ffn) = (c.dim, c.ffn_dim);
+        let x = &s.x[..t * dim];
+        let h = &mut s.h[..t * dim];
+        let input: &[f32] = match &layer.ffn_norm {
+            Some(w) => {
+                norm_rows(x, w, c.norm_eps, h, dim, threads);
+                h
+            }
+            None => x,
+        };
+        let proj = &mut s.proj[..t * dim];
+        match &layer.ffn {
+            Ffn::Dense {
+                gate: wg,
+                up: wu,
+                down: wd,
+            } => {
+                let (gate, up) = (&mut s.gate[..t * ffn], &mut s.up[..t * ffn]);
+                matmul(&wg.matrix()?, input, gate, threads)?;
+                matmul(&wu.matrix()?, input, up, threads)?;
+                let act = match c.act {
+                    Act::SwiGlu => silu_mul,
+                    Act::GeGlu => gelu_mul,
+                };
+                par_elementwise(gate, up, threads, PAR_SILU, act);
+                matmul(&wd.matrix()?, gate, proj, threads)?;
+            }
+            Ffn::Moe(m) => {
+                let ms = s.moe.as_mut().ok_or_else(|| {
+                    Error::Batch("scratch made for a model without experts".into())
+                })?;
+                m.forward(input, proj, dim, ms, threads)?;
+            }
+        }
+        self.add_residual(layer.ffn_post_norm.as_deref(), t, s, threads);
+        Ok(())
+    }
+}
+
+/// Attention of every stacked token over its sequence's cache, into
+/// `att_t` laid out `[kv head][token][group][head_dim]`. `view` carries
+/// the layer's cache, scale, window and soft cap (its table and KV head
+/// are set per tile).
+///
+/// One work item per (KV head, token), KV heads outermost: each
+/// contiguous piece mixes short and long contexts, balancing the threads
+/// during prefill. Inside a piece, runs of up to ATTN_TILE consecutive
+/// tokens of one sequence form a tile whose K/V rows are read once for all
+/// its tokens and query heads.
+fn attend_all(
+    c: &Config,
+    view: &HeadView<'_>,
+    batch: &[SeqBatch<'_>],
+    tok: &[(usize, usize)],
+    q: &[f32],
+    att_t: &mut [f32],
+    threads: Threads,
+) {
+    let (qd, hd) = (c.q_dim(), c.head_dim);
+    let group = c.n_heads / c.n_kv_heads;
+    let t = tok.len();
+    let gq = group * hd;
+    par_chunks(att_t, gq, threads, |first, piece| {
+        ATTN_BUF.with(|buf| {
+            let (sc, qt) = &mut *buf.borrow_mut();
+            let items = piece.len() / gq;
+            let mut i = 0;
+            while i < items {
+                let (kvh, j) = ((first + i) / t, (first + i) % t);
+                let (seq, pos) = tok[j];
+                let mut n = 1;
+                while n < ATTN_TILE && i + n < items && j + n < t && tok[j + n] == (seq, pos + n) {
+                    n += 1;
+                }
+                qt.clear();
+                for tj in j..j + n {
+                    let at = tj * qd + kvh * gq;
+                    qt.extend_from_slice(&q[at..at + gq]);
+                }
+                let need = tile_scores_len(n, group, pos + 1);
+                if sc.len() < need {
+                    sc.resize(need, 0.0);
+                }
+                let view = HeadView {
+                    table: batch[seq].block_table,
+                    kvh,
+                    ..*view
+                };
+                let out = &mut piece[i * gq..(i + n) * gq];
+                attend_tile(&view, qt, n, pos + 1, &mut sc[..need], out);
+                i += n;
+            }
+        })
+    });
 }

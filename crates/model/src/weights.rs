@@ -80,6 +80,36 @@ impl Tensor {
         ))
     }
 
+    /// Rows `r0..r0 + n` of a 2-D tensor as a tensor over the same bytes
+    /// (one part of a fused matrix such as Phi-3's QKV).
+    pub fn slice_rows(&self, r0: usize, n: usize, part: &str) -> Result<Tensor> {
+        let &[cols, rows] = self.dims.as_slice() else {
+            return Err(Error::Malformed {
+                file: self.name.clone(),
+                what: format!("expected a 2-D tensor, got dims {:?}", self.dims),
+            });
+        };
+        let rb = self.ty.row_bytes(cols)?;
+        if r0 + n > rows || rb * rows != self.len {
+            return Err(Error::Malformed {
+                file: self.name.clone(),
+                what: format!(
+                    "rows {r0}..{} of {rows} do not fit {} bytes",
+                    r0 + n,
+                    self.len
+                ),
+            });
+        }
+        Ok(Tensor::new(
+            format!("{}[{part}]", self.name),
+            self.ty,
+            vec![cols, n],
+            self.bytes.clone(),
+            self.start + r0 * rb,
+            n * rb,
+        ))
+    }
+
     pub fn data(&self) -> &[u8] {
         &self.bytes.as_slice()[self.start..self.start + self.len]
     }

@@ -727,6 +727,31 @@ unsafe fn silu_mul8(g: &mut [f32; 8], u: &[f32; 8]) {
     unsafe { _mm256_storeu_ps(g.as_mut_ptr(), r) };
 }
 
+/// GeGLU gate `gate = gelu_tanh(gate) * up` with a polynomial `exp`,
+/// eight lanes at a time (the tail zero-padded).
+pub fn gelu_mul(gate: &mut [f32], up: &[f32]) {
+    // SAFETY: features detected by the kernel table.
+    super::chunks_padded::<8>(gate, up, |g, u| unsafe { gelu_mul8(g, u) });
+}
+
+/// Eight lanes of `g * u / (1 + exp(-2k(g + c g^3)))` (tanh-GELU as a
+/// sigmoid), written back to `g`.
+///
+/// # Safety
+/// As [`silu_mul8`].
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn gelu_mul8(g: &mut [f32; 8], u: &[f32; 8]) {
+    use crate::ops::{GELU_C, GELU_K};
+    // SAFETY: both arrays hold 8 floats.
+    let (gv, uv) = unsafe { (_mm256_loadu_ps(g.as_ptr()), _mm256_loadu_ps(u.as_ptr())) };
+    let g3 = _mm256_mul_ps(_mm256_mul_ps(gv, gv), gv);
+    let inner = _mm256_fmadd_ps(_mm256_set1_ps(GELU_C), g3, gv);
+    let e = exp8(_mm256_mul_ps(_mm256_set1_ps(-2.0 * GELU_K), inner));
+    let r = _mm256_div_ps(_mm256_mul_ps(gv, uv), _mm256_add_ps(_mm256_set1_ps(1.0), e));
+    // SAFETY: as above.
+    unsafe { _mm256_storeu_ps(g.as_mut_ptr(), r) };
+}
+
 /// `exp(x)` per lane (Cephes' range reduction and degree-5 polynomial,
 /// within a few ulp); arguments are clamped to about ±88.38, so large ones
 /// give the largest finite result instead of infinity and small ones 0.

@@ -166,13 +166,17 @@ macro_rules! tile_fn {
             let n_last = n_ctx + t - 1;
             let w = n_last.next_multiple_of(8);
             let rows = t * g;
-            // Context length of query row `r` (token `r / g`).
+            // Context length of query row `r` (token `r / g`), and its
+            // first visible position (0 without a sliding window).
             let len = |r: usize| n_ctx + r / g;
+            let lo = |r: usize| view.first_visible(len(r));
+            // Blocks before the first row's window are never read.
+            let start = lo(0) / ROWS * ROWS;
             let mut block = [0.0f32; ROWS * MAX_HEAD_DIM];
 
             // Scores: eight positions at a time for every query row that
             // sees them (a suffix of the rows: `len` grows with `r`).
-            for p0 in (0..n_last).step_by(ROWS) {
+            for p0 in (start..n_last).step_by(ROWS) {
                 widen_block(view, view.kv.k, p0, (n_last - p0).min(ROWS), &mut block);
                 let mut r = (0..rows).find(|&r| len(r) > p0).unwrap_or(rows);
                 while r + $r <= rows {
@@ -187,11 +191,16 @@ macro_rules! tile_fn {
             }
             for r in 0..rows {
                 let row = &mut scores[r * w..(r + 1) * w];
-                softmax8(&mut row[..len(r)]);
-                row[len(r)..].fill(0.0);
+                let (lo, len) = (lo(r), len(r));
+                if let Some(cap) = view.softcap {
+                    crate::ops::softcap(&mut row[lo..len], cap);
+                }
+                softmax8(&mut row[lo..len]);
+                row[start..lo].fill(0.0);
+                row[len..].fill(0.0);
             }
             // SAFETY: as checked by `checked`.
-            unsafe { weighted_v(view, n_last, rows, w, &len, &mut block, scores, out) };
+            unsafe { weighted_v(view, start, n_last, rows, w, &len, &mut block, scores, out) };
         }
     };
 }
@@ -283,7 +292,8 @@ fn softmax8(x: &mut [f32]) {
     }
 }
 
-/// The weighted sum of V: 64 output dimensions of one query row in
+/// The weighted sum of V over positions `start..n_last` (`start` a
+/// multiple of [`ROWS`]): 64 output dimensions of one query row in
 /// registers across each block of eight positions. `block` is the K
 /// block's buffer, reused: `widen_block` rewrites every row it is read at.
 ///
@@ -294,6 +304,7 @@ fn softmax8(x: &mut [f32]) {
 #[allow(clippy::too_many_arguments)]
 unsafe fn weighted_v(
     view: &HeadView<'_>,
+    start: usize,
     n_last: usize,
     rows: usize,
     w: usize,
@@ -305,7 +316,7 @@ unsafe fn weighted_v(
     let hd = view.kv.head_dim;
     let nv = hd / 8;
     out.fill(0.0);
-    for p0 in (0..n_last).step_by(ROWS) {
+    for p0 in (start..n_last).step_by(ROWS) {
         widen_block(view, view.kv.v, p0, (n_last - p0).min(ROWS), block);
         let bp = block.as_ptr();
         for r in (0..rows).filter(|&r| len(r) > p0) {

@@ -105,6 +105,30 @@ unsafe fn silu_mul16(g: &mut [f32; 16], u: &[f32; 16]) {
     unsafe { _mm512_storeu_ps(g.as_mut_ptr(), r) };
 }
 
+/// GeGLU gate `gate = gelu_tanh(gate) * up`, sixteen lanes at a time
+/// (the tail zero-padded).
+pub fn gelu_mul(gate: &mut [f32], up: &[f32]) {
+    // SAFETY: features detected by the kernel table.
+    super::chunks_padded::<16>(gate, up, |g, u| unsafe { gelu_mul16(g, u) });
+}
+
+/// Sixteen lanes of `g * u / (1 + exp(-2k(g + c g^3)))`, written back to `g`.
+///
+/// # Safety
+/// As [`silu_mul16`].
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn gelu_mul16(g: &mut [f32; 16], u: &[f32; 16]) {
+    use crate::ops::{GELU_C, GELU_K};
+    // SAFETY: both arrays hold 16 floats.
+    let (gv, uv) = unsafe { (_mm512_loadu_ps(g.as_ptr()), _mm512_loadu_ps(u.as_ptr())) };
+    let g3 = _mm512_mul_ps(_mm512_mul_ps(gv, gv), gv);
+    let inner = _mm512_fmadd_ps(_mm512_set1_ps(GELU_C), g3, gv);
+    let e = exp16(_mm512_mul_ps(_mm512_set1_ps(-2.0 * GELU_K), inner));
+    let r = _mm512_div_ps(_mm512_mul_ps(gv, uv), _mm512_add_ps(_mm512_set1_ps(1.0), e));
+    // SAFETY: as above.
+    unsafe { _mm512_storeu_ps(g.as_mut_ptr(), r) };
+}
+
 /// `exp(x)` per lane: the AVX2 tier's `exp8` (Cephes' range reduction and
 /// degree-5 polynomial) on sixteen lanes.
 #[inline]

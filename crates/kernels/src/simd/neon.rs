@@ -312,6 +312,30 @@ unsafe fn silu_mul4(g: &mut [f32; 4], u: &[f32; 4]) {
     unsafe { vst1q_f32(g.as_mut_ptr(), r) };
 }
 
+/// GeGLU gate `gate = gelu_tanh(gate) * up`, four lanes at a time (the
+/// tail zero-padded).
+pub fn gelu_mul(gate: &mut [f32], up: &[f32]) {
+    // SAFETY: NEON is part of every AArch64 CPU.
+    super::chunks_padded::<4>(gate, up, |g, u| unsafe { gelu_mul4(g, u) });
+}
+
+/// Four lanes of `g * u / (1 + exp(-2k(g + c g^3)))`, written back to `g`.
+///
+/// # Safety
+/// As [`silu_mul4`].
+#[target_feature(enable = "neon")]
+unsafe fn gelu_mul4(g: &mut [f32; 4], u: &[f32; 4]) {
+    use crate::ops::{GELU_C, GELU_K};
+    // SAFETY: both arrays hold 4 floats.
+    let (gv, uv) = unsafe { (vld1q_f32(g.as_ptr()), vld1q_f32(u.as_ptr())) };
+    let g3 = vmulq_f32(vmulq_f32(gv, gv), gv);
+    let inner = vfmaq_f32(gv, vdupq_n_f32(GELU_C), g3);
+    let e = exp4(vmulq_n_f32(inner, -2.0 * GELU_K));
+    let r = vdivq_f32(vmulq_f32(gv, uv), vaddq_f32(vdupq_n_f32(1.0), e));
+    // SAFETY: as above.
+    unsafe { vst1q_f32(g.as_mut_ptr(), r) };
+}
+
 /// `exp(x)` per lane: the AVX2 tier's `exp8` (Cephes' range reduction and
 /// polynomial, arguments clamped to about ±88.38).
 #[inline]

@@ -124,22 +124,12 @@ fn check_golden(text: &str) {
             .map(|a| a.as_str().unwrap())
             .collect();
         let ty = GgmlType::from_name(args[1]).unwrap();
-        let fixture = match args
-            .iter()
-            .position(|a| *a == "--arch")
-            .map(|i| args[i + 1])
-        {
-            Some("qwen3") => Fixture::tiny_qwen3(ty),
-            Some("granite") => Fixture::tiny_granite(ty),
-            Some("smollm3") => Fixture::tiny_smollm3(ty),
-            Some("qwen3moe") => Fixture::tiny_qwen3moe(ty),
-            Some("mixtral") => Fixture::tiny_mixtral(ty),
-            _ if args.contains(&"--qwen2") => Fixture {
-                arch: Arch::Qwen2,
-                ..Fixture::tiny(ty)
-            },
-            _ => Fixture::tiny(ty),
+        let arch = match args.iter().position(|a| *a == "--arch") {
+            Some(i) => Arch::from_name(args[i + 1]).unwrap(),
+            None if args.contains(&"--qwen2") => Arch::Qwen2,
+            None => Arch::Llama,
         };
+        let fixture = Fixture::tiny_arch(arch, ty);
         let path = dir.path().join(format!("{name}.gguf"));
         fixture.write_gguf(&vocab(), &path).unwrap();
         let f = GgufFile::open(&path).unwrap();

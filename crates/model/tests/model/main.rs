@@ -21,18 +21,9 @@ pub(crate) fn vocab() -> PathBuf {
 }
 
 fn small(ty: GgmlType, arch: Arch) -> Fixture {
-    let base = match arch {
-        Arch::Qwen3 => Fixture::tiny_qwen3(ty),
-        Arch::Granite => Fixture::tiny_granite(ty),
-        Arch::SmolLM3 => Fixture::tiny_smollm3(ty),
-        Arch::Qwen3Moe => Fixture::tiny_qwen3moe(ty),
-        Arch::Mixtral => Fixture::tiny_mixtral(ty),
-        _ => Fixture::tiny(ty),
-    };
     Fixture {
-        arch,
         vocab_size: 32000,
-        ..base
+        ..Fixture::tiny_arch(arch, ty)
     }
 }
 
@@ -56,15 +47,7 @@ const PROMPT: [u32; 9] = [1, 15043, 3186, 29892, 920, 526, 366, 29973, 13];
 
 #[test]
 fn safetensors_and_gguf_give_the_same_logits() {
-    for arch in [
-        Arch::Llama,
-        Arch::Qwen2,
-        Arch::Qwen3,
-        Arch::Granite,
-        Arch::SmolLM3,
-        Arch::Qwen3Moe,
-        Arch::Mixtral,
-    ] {
+    for arch in Arch::ALL {
         let fx = small(GgmlType::F32, arch);
         let dir = tempfile::tempdir().unwrap();
         let g = gguf_model(&fx, &dir);
@@ -103,7 +86,7 @@ fn chunked_prefill_equals_token_by_token() {
 /// by expert: sequences sharing experts must not leak into each other.
 #[test]
 fn a_batch_of_sequences_equals_each_alone() {
-    for arch in [Arch::Qwen2, Arch::Qwen3Moe] {
+    for arch in [Arch::Qwen2, Arch::Qwen3Moe, Arch::Gemma3, Arch::Phi3] {
         batch_equals_alone(small(GgmlType::Q4_0, arch));
     }
 }

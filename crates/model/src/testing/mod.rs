@@ -7,15 +7,14 @@
 //! does, quantized to the chosen type) or as safetensors + `config.json`.
 //! The same seed gives the same model in both formats, bit for bit.
 
-use crate::config::{Arch, Moe, Scales};
-use crate::gguf::{GgufFile, GgufWriter, Value};
-use crate::{Error, Result};
-use hasten_kernels::quant::quantize_row;
-use hasten_kernels::threads::{par_chunks, Threads};
+use crate::config::{Arch, Moe, Norms, QkNorm, Scales};
 use hasten_kernels::GgmlType;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::path::Path;
+
+mod write;
+pub use write::gguf_name;
 
 /// The shape and encoding of a synthetic model.
 #[derive(Debug, Clone, PartialEq)]
@@ -46,6 +45,15 @@ pub struct Fixture {
     pub scales: Scales,
     /// The experts of `Arch::Qwen3Moe` (every layer's FFN).
     pub moe: Option<Moe>,
+    /// RoPE base (of the global layers).
+    pub rope_base: f32,
+    /// Sliding window of the family's local layers (Gemma).
+    pub sliding_window: Option<usize>,
+    /// Rotated dimensions per head, if fewer than `head_dim` (Phi-4-mini).
+    pub rope_dims: Option<usize>,
+    /// LongRoPE (Phi-3): the original context; seeded short and long
+    /// factors are written with it.
+    pub longrope_orig: Option<usize>,
 }
 
 impl Fixture {
@@ -69,7 +77,122 @@ impl Fixture {
             bigram: 0.45,
             scales: Scales::default(),
             moe: None,
+            rope_base: 10000.0,
+            sliding_window: None,
+            rope_dims: None,
+            longrope_orig: None,
         }
+    }
+
+    /// The tiny fixture of each family (`hasten synth --arch NAME`).
+    pub fn tiny_arch(arch: Arch, ty: GgmlType) -> Self {
+        match arch {
+            Arch::Qwen3 => Self::tiny_qwen3(ty),
+            Arch::Granite => Self::tiny_granite(ty),
+            Arch::SmolLM3 => Self::tiny_smollm3(ty),
+            Arch::Qwen3Moe => Self::tiny_qwen3moe(ty),
+            Arch::Mixtral => Self::tiny_mixtral(ty),
+            Arch::Gemma2 => Self::tiny_gemma2(ty),
+            Arch::Gemma3 => Self::tiny_gemma3(ty),
+            Arch::Phi3 => Self::tiny_phi3(ty),
+            Arch::Olmo2 => Self::tiny_olmo2(ty),
+            Arch::Llama | Arch::Qwen2 => Fixture {
+                arch,
+                ..Self::tiny(ty)
+            },
+        }
+    }
+
+    /// The tiny shape as Gemma 3: six layers (the last global, the others
+    /// a sliding window of 8 positions, so prompts outgrow it), a global
+    /// RoPE base of 1M, Q/K norms, GeGLU, sandwich norms.
+    pub fn tiny_gemma3(ty: GgmlType) -> Self {
+        Fixture {
+            arch: Arch::Gemma3,
+            n_layers: 6,
+            rope_base: 1_000_000.0,
+            sliding_window: Some(8),
+            ..Self::tiny(ty)
+        }
+    }
+
+    /// The tiny shape as Gemma 2: a local and a global layer, soft caps
+    /// 50 and 30, and tied embeddings (llama.cpp reads no output matrix).
+    pub fn tiny_gemma2(ty: GgmlType) -> Self {
+        Fixture {
+            arch: Arch::Gemma2,
+            sliding_window: Some(8),
+            tied: true,
+            ..Self::tiny(ty)
+        }
+    }
+
+    /// The tiny shape as Phi-3/Phi-4-mini: fused QKV and gate-up, RoPE
+    /// over 48 of 64 dimensions, LongRoPE with an original context of 256
+    /// (the context of 512 takes the long factors).
+    pub fn tiny_phi3(ty: GgmlType) -> Self {
+        Fixture {
+            arch: Arch::Phi3,
+            rope_dims: Some(48),
+            longrope_orig: Some(256),
+            ..Self::tiny(ty)
+        }
+    }
+
+    /// The tiny shape as OLMo 2: norms after attention and FFN, RMSNorm
+    /// over all of Q and K.
+    pub fn tiny_olmo2(ty: GgmlType) -> Self {
+        Fixture {
+            arch: Arch::Olmo2,
+            ..Self::tiny(ty)
+        }
+    }
+
+    /// This (benchmark) shape with the family traits of `tiny`, a tiny
+    /// fixture of another family: its architecture, multipliers, RoPE base,
+    /// window (a quarter of the context), partial rotation (the same
+    /// fraction), LongRoPE (half the context) and tying.
+    pub fn with_family(self, tiny: &Fixture) -> Self {
+        Fixture {
+            arch: tiny.arch,
+            scales: tiny.scales,
+            rope_base: tiny.rope_base,
+            sliding_window: tiny
+                .sliding_window
+                .map(|_| (self.context_length / 4).max(1)),
+            rope_dims: tiny
+                .rope_dims
+                .map(|r| (self.head_dim * r / tiny.head_dim).next_multiple_of(2)),
+            longrope_orig: tiny.longrope_orig.map(|_| self.context_length / 2),
+            tied: self.tied || tiny.tied,
+            ..self
+        }
+    }
+
+    /// Dimensions RoPE rotates per head.
+    pub fn rot_dims(&self) -> usize {
+        self.rope_dims.unwrap_or(self.head_dim)
+    }
+
+    /// LongRoPE's attention factor, `sqrt(1 + ln(s) / ln(orig))` for the
+    /// extension `s = context / orig` (as the converter computes it).
+    pub fn longrope_attn_factor(&self) -> f32 {
+        let orig = self.longrope_orig.unwrap_or(self.context_length) as f32;
+        let s = self.context_length as f32 / orig;
+        if s > 1.0 {
+            (1.0 + s.ln() / orig.ln()).sqrt()
+        } else {
+            1.0
+        }
+    }
+
+    /// Seeded short and long LongRoPE factors (one per rotated pair).
+    pub fn longrope_factors(&self) -> Option<[Vec<f32>; 2]> {
+        self.longrope_orig?;
+        let pairs = self.rot_dims() / 2;
+        let short = (0..pairs).map(|i| 1.0 + 0.05 * i as f32).collect();
+        let long = (0..pairs).map(|i| 1.0 + 0.4 * i as f32).collect();
+        Some([short, long])
     }
 
     /// The tiny Llama shape as Mixtral: 8 experts (2 per token) of the
@@ -128,6 +251,7 @@ impl Fixture {
                 residual: 0.5,
                 attention: Some(1.0 / 64.0),
                 logit: 4.0,
+                ..Scales::default()
             },
             ..Self::tiny(ty)
         }
@@ -318,18 +442,50 @@ impl Fixture {
                     &mut rng,
                 );
             }
-            if matches!(self.arch, Arch::Qwen3 | Arch::Qwen3Moe) {
-                for norm in ["q_norm", "k_norm"] {
-                    let v: Vec<f32> = (0..hd).map(|_| 1.0 + 0.1 * gaussian(&mut rng)).collect();
-                    out.push((format!("{p}.self_attn.{norm}.weight"), vec![hd], v));
-                }
+            let fam = self.arch.family();
+            // Gemma's checkpoints store `w - 1`.
+            let offset = if fam.hf_norm_offset { 1.0 } else { 0.0 };
+            let mut norm = |out: &mut Vec<_>, name: String, n: usize, mean: f32| {
+                let v = (0..n)
+                    .map(|_| mean * (1.0 + 0.1 * gaussian(&mut rng)) - offset)
+                    .collect();
+                out.push((name, vec![n], v));
+            };
+            let qk = match fam.qk_norm {
+                QkNorm::None => None,
+                QkNorm::PerHead => Some((hd, hd)),
+                QkNorm::Full => Some((qd, kvd)),
+            };
+            if let Some((nq, nk)) = qk {
+                norm(&mut out, format!("{p}.self_attn.q_norm.weight"), nq, 1.0);
+                norm(&mut out, format!("{p}.self_attn.k_norm.weight"), nk, 1.0);
             }
-            for norm in ["input_layernorm", "post_attention_layernorm"] {
-                let v: Vec<f32> = (0..d).map(|_| 1.0 + 0.1 * gaussian(&mut rng)).collect();
-                out.push((format!("{p}.{norm}.weight"), vec![d], v));
+            // Norms after a block set its output's scale: `layer_scale`.
+            let norms: &[(&str, f32)] = match fam.norms {
+                Norms::Pre => &[("input_layernorm", 1.0), ("post_attention_layernorm", 1.0)],
+                Norms::Sandwich => &[
+                    ("input_layernorm", 1.0),
+                    ("post_attention_layernorm", ls),
+                    ("pre_feedforward_layernorm", 1.0),
+                    ("post_feedforward_layernorm", ls),
+                ],
+                Norms::Post => &[
+                    ("post_attention_layernorm", ls),
+                    ("post_feedforward_layernorm", ls),
+                ],
+            };
+            for &(name, mean) in norms {
+                norm(&mut out, format!("{p}.{name}.weight"), d, mean);
             }
         }
-        let v = (0..d).map(|_| 1.0 + 0.1 * gaussian(&mut rng)).collect();
+        let offset = if self.arch.family().hf_norm_offset {
+            1.0
+        } else {
+            0.0
+        };
+        let v = (0..d)
+            .map(|_| 1.0 + 0.1 * gaussian(&mut rng) - offset)
+            .collect();
         out.push(("model.norm.weight".into(), vec![d], v));
         if let Some(v) = lm_head {
             out.push(("lm_head.weight".into(), vec![self.vocab_size, d], v));
@@ -340,239 +496,47 @@ impl Fixture {
                 *shape = vec![shape[1]];
             }
         }
+        if self.arch == Arch::Phi3 {
+            out = fuse(
+                out,
+                "self_attn.qkv_proj.weight",
+                &[
+                    "self_attn.q_proj.weight",
+                    "self_attn.k_proj.weight",
+                    "self_attn.v_proj.weight",
+                ],
+            );
+            out = fuse(
+                out,
+                "mlp.gate_up_proj.weight",
+                &["mlp.gate_proj.weight", "mlp.up_proj.weight"],
+            );
+        }
         out
-    }
-
-    fn config_keys(&self, w: &mut GgufWriter) {
-        let a = self.arch.gguf_name();
-        let u = |v: usize| Value::U32(v as u32);
-        w.kv("general.architecture", Value::String(a.into()))
-            .kv(
-                "general.name",
-                Value::String(format!("hasten synthetic {a} {}", self.ty)),
-            )
-            .kv(&format!("{a}.context_length"), u(self.context_length))
-            .kv(&format!("{a}.embedding_length"), u(self.dim))
-            .kv(&format!("{a}.block_count"), u(self.n_layers))
-            .kv(&format!("{a}.feed_forward_length"), u(self.ffn_dim))
-            .kv(&format!("{a}.attention.head_count"), u(self.n_heads))
-            .kv(&format!("{a}.attention.head_count_kv"), u(self.n_kv_heads))
-            .kv(
-                &format!("{a}.attention.layer_norm_rms_epsilon"),
-                Value::F32(1e-5),
-            )
-            .kv(&format!("{a}.rope.freq_base"), Value::F32(10000.0))
-            .kv(&format!("{a}.rope.dimension_count"), u(self.head_dim))
-            .kv(&format!("{a}.vocab_size"), u(self.vocab_size));
-        if self.arch == Arch::Granite {
-            let sc = self.scales;
-            w.kv(&format!("{a}.embedding_scale"), Value::F32(sc.embedding))
-                .kv(&format!("{a}.residual_scale"), Value::F32(sc.residual))
-                .kv(
-                    &format!("{a}.attention.scale"),
-                    Value::F32(sc.attention.unwrap_or(0.0)),
-                )
-                .kv(&format!("{a}.logit_scale"), Value::F32(sc.logit));
-        }
-        if let Some(m) = self.moe {
-            w.kv(&format!("{a}.expert_count"), u(m.n_experts))
-                .kv(&format!("{a}.expert_used_count"), u(m.top_k));
-            // Mixtral files leave the experts' width to feed_forward_length.
-            if self.arch != Arch::Mixtral {
-                w.kv(
-                    &format!("{a}.expert_feed_forward_length"),
-                    u(m.expert_ffn_dim),
-                );
-            }
-        }
-        if self.head_dim * self.n_heads != self.dim {
-            w.kv(&format!("{a}.attention.key_length"), u(self.head_dim))
-                .kv(&format!("{a}.attention.value_length"), u(self.head_dim));
-        }
-    }
-
-    /// Writes the model as GGUF, with the `tokenizer.*` metadata of `vocab`
-    /// (a vocab-only GGUF such as testdata's `ggml-vocab-llama-spm.gguf`).
-    pub fn write_gguf(&self, vocab: &Path, out: &Path) -> Result<()> {
-        self.write_gguf_with(&GgufFile::open(vocab)?, out)
-    }
-
-    /// [`Fixture::write_gguf`] with a vocabulary already parsed (e.g. one
-    /// built into a binary, [`GgufFile::from_bytes`]).
-    pub fn write_gguf_with(&self, v: &GgufFile, out: &Path) -> Result<()> {
-        let mut w = GgufWriter::new();
-        self.config_keys(&mut w);
-        for (k, val) in &v.header.metadata {
-            if k.starts_with("tokenizer.") {
-                w.kv(k, val.clone());
-            }
-        }
-        let hd = self.head_dim;
-        // llama.cpp permutes Q/K rows for its interleaved RoPE (`llama` only).
-        let permute = matches!(
-            self.arch,
-            Arch::Llama | Arch::Granite | Arch::SmolLM3 | Arch::Mixtral
-        );
-        for (name, shape, data) in stack_experts(self.hf_weights()) {
-            let gname = gguf_name(&name);
-            let data = match name.rsplit('.').nth(1) {
-                Some("q_proj") if permute && name.ends_with("weight") => {
-                    permute_rows(&data, shape[0] / hd, hd, shape[1])
-                }
-                Some("k_proj") if permute && name.ends_with("weight") => {
-                    permute_rows(&data, shape[0] / hd, hd, shape[1])
-                }
-                _ => data,
-            };
-            let dims: Vec<usize> = shape.iter().rev().copied().collect();
-            // Norms, biases and routers stay f32, as llama.cpp's quantizer leaves them.
-            let ty = if shape.len() == 1 || gname.ends_with("ffn_gate_inp.weight") {
-                GgmlType::F32
-            } else {
-                self.ty
-            };
-            w.tensor(&gname, &dims, ty, encode(ty, &data, dims[0])?);
-        }
-        let file = std::fs::File::create(out).map_err(|err| Error::Io {
-            path: out.to_owned(),
-            err,
-        })?;
-        w.write_to(&mut std::io::BufWriter::new(file))
-            .map_err(|err| Error::Io {
-                path: out.to_owned(),
-                err,
-            })
-    }
-
-    /// Writes `config.json` and `model.safetensors` (f32) into `dir`.
-    pub fn write_safetensors(&self, dir: &Path) -> Result<()> {
-        let io = |err| Error::Io {
-            path: dir.to_owned(),
-            err,
-        };
-        std::fs::create_dir_all(dir).map_err(io)?;
-        let arch = match self.arch {
-            Arch::Llama => "LlamaForCausalLM",
-            Arch::Qwen2 => "Qwen2ForCausalLM",
-            Arch::Qwen3 => "Qwen3ForCausalLM",
-            Arch::Granite => "GraniteForCausalLM",
-            Arch::SmolLM3 => "SmolLM3ForCausalLM",
-            Arch::Qwen3Moe => "Qwen3MoeForCausalLM",
-            Arch::Mixtral => "MixtralForCausalLM",
-        };
-        let config = serde_json::json!({
-            "architectures": [arch], "vocab_size": self.vocab_size, "hidden_size": self.dim,
-            "intermediate_size": self.ffn_dim, "num_hidden_layers": self.n_layers,
-            "num_attention_heads": self.n_heads, "num_key_value_heads": self.n_kv_heads,
-            "head_dim": self.head_dim,
-            "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "max_position_embeddings": self.context_length,
-            "tie_word_embeddings": self.tied, "bos_token_id": 1, "eos_token_id": 2,
-        });
-        let mut config = config;
-        if self.arch == Arch::SmolLM3 {
-            let uses: Vec<u8> = (0..self.n_layers)
-                .map(|i| u8::from((i + 1) % 4 != 0))
-                .collect();
-            config["no_rope_layers"] = uses.into();
-        }
-        match (self.moe, self.arch) {
-            (Some(m), Arch::Mixtral) => {
-                config["num_local_experts"] = m.n_experts.into();
-                config["num_experts_per_tok"] = m.top_k.into();
-                config["intermediate_size"] = m.expert_ffn_dim.into();
-            }
-            (Some(m), _) => {
-                config["num_experts"] = m.n_experts.into();
-                config["num_experts_per_tok"] = m.top_k.into();
-                config["moe_intermediate_size"] = m.expert_ffn_dim.into();
-                config["norm_topk_prob"] = m.norm_topk.into();
-            }
-            (None, _) => {}
-        }
-        if self.arch == Arch::Granite {
-            let sc = self.scales;
-            config["embedding_multiplier"] = sc.embedding.into();
-            config["residual_multiplier"] = sc.residual.into();
-            config["attention_multiplier"] = sc.attention.unwrap_or(0.0).into();
-            config["logits_scaling"] = sc.logit.into();
-        }
-        std::fs::write(dir.join("config.json"), config.to_string()).map_err(io)?;
-        let weights = self.hf_weights();
-        let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = weights
-            .into_iter()
-            .map(|(n, s, v)| (n, s, v.iter().flat_map(|x| x.to_le_bytes()).collect()))
-            .collect();
-        let views = bytes
-            .iter()
-            .map(|(n, s, b)| {
-                safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b)
-                    .map(|v| (n.clone(), v))
-            })
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(|e| Error::Malformed {
-                file: dir.display().to_string(),
-                what: e.to_string(),
-            })?;
-        safetensors::tensor::serialize_to_file(views, &None, &dir.join("model.safetensors"))
-            .map_err(|e| Error::Malformed {
-                file: dir.display().to_string(),
-                what: e.to_string(),
-            })
     }
 }
 
-/// The Hugging Face weights with each layer's per-expert matrices joined
-/// into llama.cpp's stacked 3-D tensors (`[n_experts, rows, cols]`, named
-/// `model.layers.i.mlp.experts.gate_proj.weight` and the like, which
-/// [`gguf_name`] maps to `blk.i.ffn_*_exps.weight`); other tensors pass.
-fn stack_experts(
+/// Joins each layer's `parts` (row-major matrices of equal width) into one
+/// matrix `fused`, their rows in order, at the first part's place (Phi-3's
+/// `qkv_proj` and `gate_up_proj`).
+fn fuse(
     weights: Vec<(String, Vec<usize>, Vec<f32>)>,
+    fused: &str,
+    parts: &[&str],
 ) -> Vec<(String, Vec<usize>, Vec<f32>)> {
     let mut out: Vec<(String, Vec<usize>, Vec<f32>)> = Vec::new();
     for (name, shape, data) in weights {
-        let Some((prefix, rest)) = name.split_once(".experts.") else {
+        let Some(prefix) = parts.iter().find_map(|p| name.strip_suffix(p)) else {
             out.push((name, shape, data));
             continue;
         };
-        let (e, part) = rest.split_once('.').unwrap_or(("0", rest));
-        let stacked = format!("{prefix}.experts.{part}");
-        match out.iter_mut().find(|(n, _, _)| *n == stacked) {
-            Some((_, s, d)) if e != "0" => {
-                s[0] += 1;
+        let target = format!("{prefix}{fused}");
+        match out.iter_mut().find(|(n, _, _)| *n == target) {
+            Some((_, s, d)) => {
+                s[0] += shape[0];
                 d.extend_from_slice(&data);
             }
-            _ => out.push((stacked, [vec![1], shape].concat(), data)),
-        }
-    }
-    out
-}
-
-/// Encodes rows of `row_len` values as `ty`, in parallel.
-fn encode(ty: GgmlType, data: &[f32], row_len: usize) -> Result<Vec<u8>> {
-    let rb = ty.row_bytes(row_len)?;
-    let rows = data.len() / row_len;
-    let mut out = vec![0u8; rb * rows];
-    par_chunks(&mut out, rb, Threads::available(), |r0, piece| {
-        for (i, dst) in piece.chunks_exact_mut(rb).enumerate() {
-            let r = r0 + i;
-            // Lengths are consistent by construction.
-            let _ = quantize_row(ty, &data[r * row_len..(r + 1) * row_len], dst);
-        }
-    });
-    Ok(out)
-}
-
-/// llama.cpp's reordering of Q/K rows for its interleaved RoPE: within each
-/// head, row `c * hd/2 + i` (half c, pair i) moves to row `2i + c`.
-fn permute_rows(w: &[f32], n_heads: usize, hd: usize, cols: usize) -> Vec<f32> {
-    let mut out = vec![0f32; w.len()];
-    for h in 0..n_heads {
-        for c in 0..2 {
-            for i in 0..hd / 2 {
-                let src = h * hd + c * (hd / 2) + i;
-                let dst = h * hd + 2 * i + c;
-                out[dst * cols..(dst + 1) * cols].copy_from_slice(&w[src * cols..(src + 1) * cols]);
-            }
+            None => out.push((target, shape, data)),
         }
     }
     out
@@ -587,46 +551,6 @@ pub fn testdata_dir() -> std::path::PathBuf {
         Some(d) => d.into(),
         None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata"),
     }
-}
-
-/// Hugging Face tensor name to llama.cpp's.
-pub fn gguf_name(hf: &str) -> String {
-    let map = [
-        ("model.embed_tokens.weight", "token_embd.weight"),
-        ("model.norm.weight", "output_norm.weight"),
-        ("lm_head.weight", "output.weight"),
-    ];
-    if let Some((_, g)) = map.iter().find(|(h, _)| *h == hf) {
-        return (*g).to_owned();
-    }
-    let rest = hf.strip_prefix("model.layers.").unwrap_or(hf);
-    let (i, part) = rest.split_once('.').unwrap_or(("0", rest));
-    let part = match part {
-        "input_layernorm.weight" => "attn_norm.weight",
-        "post_attention_layernorm.weight" => "ffn_norm.weight",
-        "self_attn.q_proj.weight" => "attn_q.weight",
-        "self_attn.k_proj.weight" => "attn_k.weight",
-        "self_attn.v_proj.weight" => "attn_v.weight",
-        "self_attn.q_proj.bias" => "attn_q.bias",
-        "self_attn.k_proj.bias" => "attn_k.bias",
-        "self_attn.v_proj.bias" => "attn_v.bias",
-        "self_attn.o_proj.weight" => "attn_output.weight",
-        "self_attn.q_norm.weight" => "attn_q_norm.weight",
-        "self_attn.k_norm.weight" => "attn_k_norm.weight",
-        "mlp.gate_proj.weight" => "ffn_gate.weight",
-        "mlp.up_proj.weight" => "ffn_up.weight",
-        "mlp.down_proj.weight" => "ffn_down.weight",
-        "mlp.gate.weight" => "ffn_gate_inp.weight",
-        "mlp.experts.gate_proj.weight" => "ffn_gate_exps.weight",
-        "mlp.experts.up_proj.weight" => "ffn_up_exps.weight",
-        "mlp.experts.down_proj.weight" => "ffn_down_exps.weight",
-        "block_sparse_moe.gate.weight" => "ffn_gate_inp.weight",
-        "block_sparse_moe.experts.w1.weight" => "ffn_gate_exps.weight",
-        "block_sparse_moe.experts.w3.weight" => "ffn_up_exps.weight",
-        "block_sparse_moe.experts.w2.weight" => "ffn_down_exps.weight",
-        other => other,
-    };
-    format!("blk.{i}.{part}")
 }
 
 /// A standard normal sample (Box-Muller).
