@@ -91,7 +91,7 @@ pub fn main(a: Args) -> Result<()> {
         );
         fx.head_dim = hd;
     }
-    fx.tied = a.tied;
+    fx.tied |= a.tied;
     if let Some(seed) = a.seed {
         fx.seed = seed;
     }

@@ -30,6 +30,9 @@ pub struct Rope {
     pub style: RopeStyle,
     /// One entry per rotated pair: the angle per position.
     inv_freq: Vec<f32>,
+    /// Multiplies the rotated dimensions (LongRoPE's and YaRN's attention
+    /// factor, ggml's `mscale`); 1 for plain RoPE.
+    mscale: f32,
 }
 
 impl Rope {
@@ -54,7 +57,17 @@ impl Rope {
             inv_freq.push(t / ff * freq_scale);
             t *= theta_scale;
         }
-        Rope { style, inv_freq }
+        Rope {
+            style,
+            inv_freq,
+            mscale: 1.0,
+        }
+    }
+
+    /// The same rotation with the rotated dimensions scaled by `mscale`
+    /// (the dimensions past `rot_dims` are not).
+    pub fn with_mscale(self, mscale: f32) -> Self {
+        Rope { mscale, ..self }
     }
 
     /// Rotates each head of `x` (`n_heads * head_dim`) in place for position `pos`.
@@ -67,7 +80,8 @@ impl Rope {
         let cached = pairs <= MAX_PAIRS;
         if cached {
             for (i, sc) in table[..pairs].iter_mut().enumerate() {
-                *sc = (pos as f32 * self.inv_freq[i]).sin_cos();
+                let (sin, cos) = (pos as f32 * self.inv_freq[i]).sin_cos();
+                *sc = (sin * self.mscale, cos * self.mscale);
             }
         }
         for head in x.chunks_exact_mut(head_dim) {
@@ -75,7 +89,8 @@ impl Rope {
                 let (sin, cos) = if cached {
                     table[i]
                 } else {
-                    (pos as f32 * self.inv_freq[i]).sin_cos()
+                    let (sin, cos) = (pos as f32 * self.inv_freq[i]).sin_cos();
+                    (sin * self.mscale, cos * self.mscale)
                 };
                 let (a, b) = match self.style {
                     RopeStyle::Normal => (2 * i, 2 * i + 1),

@@ -29,6 +29,9 @@ pub struct Config {
     /// Frequency factors (one per rotated pair: Llama 3's, or the LongRoPE
     /// factors Phi-3 picks for its context), if any.
     pub rope_freq_factors: Option<Vec<f32>>,
+    /// Multiplies the rotated dimensions of Q and K (LongRoPE's attention
+    /// factor; 1 otherwise).
+    pub rope_attn_factor: f32,
     /// The context the model was trained at before LongRoPE extended it:
     /// contexts beyond it use the long factors (GGUF files carry both).
     pub rope_orig_context: Option<usize>,
@@ -169,7 +172,11 @@ impl Config {
         if self.dim > 1 << 20 || self.n_layers > 4096 || self.context_length > 1 << 24 {
             return bad("dimensions are implausibly large".into());
         }
-        if !(self.norm_eps > 0.0 && self.rope_base > 0.0 && self.rope_freq_scale > 0.0) {
+        if !(self.norm_eps > 0.0
+            && self.rope_base > 0.0
+            && self.rope_freq_scale > 0.0
+            && self.rope_attn_factor > 0.0)
+        {
             return bad("eps, rope base and rope scale must be positive".into());
         }
         if !self.no_rope.is_empty() && self.no_rope.len() != self.n_layers {
@@ -206,7 +213,11 @@ impl Config {
             }
         }
         if let Some(w) = &self.swa {
-            if w.window == 0 || w.layers.len() != self.n_layers || w.rope_base.is_nan() || w.rope_base <= 0.0 {
+            if w.window == 0
+                || w.layers.len() != self.n_layers
+                || w.rope_base.is_nan()
+                || w.rope_base <= 0.0
+            {
                 return bad(format!(
                     "sliding window {} over {} of {} layers (RoPE base {}) is not valid",
                     w.window,
@@ -307,11 +318,6 @@ impl Config {
                 Some(opt_f32(h, file, &k("attn_logit_softcapping"))?.unwrap_or(50.0));
             scales.final_softcap = Some(scales.final_softcap.unwrap_or(30.0));
         }
-        // LongRoPE's magnitude correction multiplies both rotated Q and K.
-        if let Some(a) = opt_f32(h, file, &k("rope.scaling.attn_factor"))?.filter(|&a| a != 1.0) {
-            let base = scales.attention.unwrap_or(1.0 / (head_dim as f32).sqrt());
-            scales.attention = Some(base * a * a);
-        }
         let swa =
             match (
                 fam.swa_period,
@@ -353,6 +359,8 @@ impl Config {
             rope_dims: opt_usize(h, file, &k("rope.dimension_count"))?.unwrap_or(head_dim),
             rope_freq_scale,
             rope_freq_factors: None,
+            // LongRoPE's magnitude correction of the rotated dimensions.
+            rope_attn_factor: opt_f32(h, file, &k("rope.scaling.attn_factor"))?.unwrap_or(1.0),
             rope_orig_context: opt_usize(h, file, &k("rope.scaling.original_context_length"))?,
             qkv_bias: fam.qkv_bias,
             qk_norm: fam.qk_norm,

@@ -89,10 +89,6 @@ impl Config {
         if let Some(q) = c.query_pre_attn_scalar.filter(|&q| q > 0.0) {
             scales.attention = Some(1.0 / q.sqrt());
         }
-        if attn_factor != 1.0 {
-            let base = scales.attention.unwrap_or(1.0 / (head_dim as f32).sqrt());
-            scales.attention = Some(base * attn_factor * attn_factor);
-        }
         let swa = hf_swa(&c, arch, rope_base, freq_scale);
         Config {
             arch,
@@ -114,6 +110,7 @@ impl Config {
             rope_dims,
             rope_freq_scale: freq_scale,
             rope_freq_factors: factors,
+            rope_attn_factor: attn_factor,
             rope_orig_context: None,
             qkv_bias: fam.qkv_bias || c.attention_bias.unwrap_or(false),
             qk_norm: fam.qk_norm,

@@ -282,7 +282,8 @@ fn rope_tables(c: &Config) -> Vec<Rope> {
         c.rope_base,
         c.rope_freq_scale,
         c.rope_freq_factors.as_deref(),
-    );
+    )
+    .with_mscale(c.rope_attn_factor);
     let local = c.swa.as_ref().map_or_else(
         || global.clone(),
         |w| {
@@ -293,6 +294,7 @@ fn rope_tables(c: &Config) -> Vec<Rope> {
                 w.rope_freq_scale,
                 c.rope_freq_factors.as_deref(),
             )
+            .with_mscale(c.rope_attn_factor)
         },
     );
     vec![global, local]

@@ -19,7 +19,13 @@ impl Fixture {
         w.kv("general.architecture", Value::String(a.into()))
             .kv(
                 "general.name",
-                Value::String(format!("hasten synthetic {a} {}", self.ty)),
+                // llama.cpp gives special tokens Phi-3's attributes when
+                // the name says "phi3", and then needs Phi-3's vocabulary.
+                Value::String(format!(
+                    "hasten synthetic {} {}",
+                    a.replace("phi3", "Phi 3"),
+                    self.ty
+                )),
             )
             .kv(&format!("{a}.context_length"), u(self.context_length))
             .kv(&format!("{a}.embedding_length"), u(self.dim))

@@ -105,7 +105,7 @@ fn logits_and_greedy_tokens_match_llama_cpp() {
 }
 
 #[test]
-fn qwen3_granite_smollm3_moe_log_probabilities_and_greedy_tokens_match_llama_server() {
+fn every_architecture_log_probabilities_and_greedy_tokens_match_llama_server() {
     check_golden(SERVER_GOLDEN);
 }
 
