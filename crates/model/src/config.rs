@@ -431,3 +431,64 @@ pub(crate) fn opt_f32(h: &GgufHeader, file: &str, key: &str) -> Result<Option<f3
             }),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gguf::{GgufFile, GgufWriter, Value};
+
+    #[test]
+    fn an_unsupported_architecture_is_named_with_the_supported_list() {
+        let mut w = GgufWriter::new();
+        w.kv("general.architecture", Value::String("phi2".into()));
+        let mut bytes = Vec::new();
+        w.write_to(&mut bytes).unwrap();
+        let f = GgufFile::from_bytes("m.gguf", bytes).unwrap();
+        let err = Config::from_gguf(&f.header, "m.gguf", 10)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("\"phi2\" is not supported"), "{err}");
+        for a in Arch::ALL {
+            assert!(err.contains(a.name()), "{err}");
+        }
+        let err = Config::from_hf_json(
+            r#"{"architectures": ["BertModel"], "vocab_size": 1,
+            "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 1}"#,
+            "c",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("BertModel") && err.contains("gemma3"), "{err}");
+    }
+
+    #[test]
+    fn gemma_windows_and_phi_rope_are_read_from_gguf_keys() {
+        let mut w = GgufWriter::new();
+        let u = |v: u32| Value::U32(v);
+        for (k, v) in [
+            ("general.architecture", Value::String("gemma3".into())),
+            ("gemma3.embedding_length", u(64)),
+            ("gemma3.block_count", u(7)),
+            ("gemma3.attention.head_count", u(2)),
+            ("gemma3.attention.key_length", u(32)),
+            ("gemma3.feed_forward_length", u(96)),
+            ("gemma3.attention.sliding_window", u(16)),
+            ("gemma3.rope.freq_base", Value::F32(1e6)),
+        ] {
+            w.kv(k, v);
+        }
+        let mut bytes = Vec::new();
+        w.write_to(&mut bytes).unwrap();
+        let f = GgufFile::from_bytes("m.gguf", bytes).unwrap();
+        let c = Config::from_gguf(&f.header, "m.gguf", 10).unwrap();
+        let swa = c.swa.unwrap();
+        assert_eq!(swa.window, 16);
+        assert_eq!(swa.layers, [true, true, true, true, true, false, true]);
+        assert_eq!((swa.rope_base, c.rope_base), (10000.0, 1e6));
+        assert_eq!(c.scales.embedding, 8.0);
+        assert_eq!(
+            (c.norms, c.act, c.qk_norm),
+            (Norms::Sandwich, Act::GeGlu, QkNorm::PerHead)
+        );
+    }
+}

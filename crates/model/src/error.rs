@@ -45,7 +45,8 @@ pub enum Error {
         want: Vec<usize>,
     },
     #[error(
-        "{file}: architecture {arch:?} is not supported (llama, mistral, qwen2, qwen3, granite and smollm3 are)"
+        "{file}: architecture {arch:?} is not supported (supported: {})",
+        crate::arch::Arch::names()
     )]
     UnknownArchitecture { file: String, arch: String },
     #[error("{file}: invalid model configuration: {what}")]
