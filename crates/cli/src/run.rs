@@ -105,7 +105,13 @@ pub fn main(a: Args) -> Result<()> {
             msgs.push(Message::new("system", s));
         }
         msgs.push(Message::new("user", &a.prompt));
-        prompt::chat_tokens(&template, &tok, &msgs, Ending::Generate)?
+        prompt::chat_tokens(
+            &template,
+            &tok,
+            &msgs,
+            Ending::Generate,
+            &Default::default(),
+        )?
     } else {
         prompt::text_tokens(&tok, &a.prompt)?
     };

@@ -39,6 +39,17 @@ impl std::fmt::Debug for ChatTemplate {
     }
 }
 
+/// Extra variables of a render (`chat_template_kwargs`).
+pub type TemplateVars = serde_json::Map<String, serde_json::Value>;
+
+/// The variables every render sets itself.
+pub const RESERVED_VARS: [&str; 4] = [
+    "messages",
+    "add_generation_prompt",
+    "bos_token",
+    "eos_token",
+];
+
 /// A plain template for models that ship none: `role: content` lines.
 pub const FALLBACK_TEMPLATE: &str = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}";
 
@@ -53,6 +64,11 @@ fn strftime_now(fmt: String) -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     let (y, m, d) = civil_from_days((secs / 86_400) as i64);
+    format_date(&fmt, y, m, d)
+}
+
+/// `fmt` with `%d %m %Y %B %b` replaced by the given date.
+fn format_date(fmt: &str, y: i64, m: u32, d: u32) -> String {
     const MONTHS: [&str; 12] = [
         "January",
         "February",
@@ -123,6 +139,24 @@ impl ChatTemplate {
     /// Renders a conversation. Errors raised by the template itself (e.g.
     /// "roles must alternate") come back as [`Error::Template`] with its message.
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
+        self.render_with(messages, add_generation_prompt, &TemplateVars::new())
+    }
+
+    /// [`ChatTemplate::render`] with extra template variables (a request's
+    /// `chat_template_kwargs`, e.g. Qwen3's `enable_thinking`), as
+    /// `apply_chat_template(**kwargs)` passes them. The four variables
+    /// the renderer sets ([`RESERVED_VARS`]) cannot be overridden.
+    pub fn render_with(
+        &self,
+        messages: &[Message],
+        add_generation_prompt: bool,
+        vars: &TemplateVars,
+    ) -> Result<String> {
+        if let Some(k) = RESERVED_VARS.iter().find(|k| vars.contains_key(**k)) {
+            return Err(Error::Template(format!(
+                "template variable {k:?} is set by the renderer, not by chat_template_kwargs"
+            )));
+        }
         let tmpl = self
             .env
             .get_template("chat")
@@ -132,6 +166,7 @@ impl ChatTemplate {
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos_token,
             eos_token => self.eos_token,
+            ..Value::from_serialize(vars)
         };
         tmpl.render(ctx).map_err(|e| match e.kind() {
             ErrorKind::OutOfFuel => Error::Template(format!(
@@ -149,6 +184,15 @@ impl ChatTemplate {
     /// with no end-of-turn after it. The text is kept exactly, trailing
     /// whitespace included, even where the template would trim it.
     pub fn render_continuing(&self, messages: &[Message]) -> Result<String> {
+        self.render_continuing_with(messages, &TemplateVars::new())
+    }
+
+    /// [`ChatTemplate::render_continuing`] with extra template variables.
+    pub fn render_continuing_with(
+        &self,
+        messages: &[Message],
+        vars: &TemplateVars,
+    ) -> Result<String> {
         // A marker no model text contains shows where the message ends.
         const MARK: &str = "\u{1}hasten-continue\u{1}";
         let mut msgs = messages.to_vec();
@@ -156,7 +200,7 @@ impl ChatTemplate {
             return Err(Error::Template("no message to continue".into()));
         };
         last.content.push_str(MARK);
-        let text = self.render(&msgs, false)?;
+        let text = self.render_with(&msgs, false, vars)?;
         match text.rfind(MARK) {
             Some(i) => Ok(text[..i].to_owned()),
             None => Err(Error::Template(
@@ -178,6 +222,8 @@ mod tests {
         label: String,
         messages: Vec<Message>,
         add_generation_prompt: bool,
+        #[serde(default)]
+        kwargs: TemplateVars,
         expected: Option<String>,
         error: Option<String>,
     }
@@ -227,14 +273,27 @@ mod tests {
 
     #[test]
     fn renders_every_shared_template_like_jinja2() {
-        let dir = crate::tokenizer::tests::testdata().join("chat-templates");
+        let dirs = [
+            crate::tokenizer::tests::testdata().join("chat-templates"),
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/chat-templates"),
+        ];
         let cases: Vec<Case> = serde_json::from_str(GOLDEN).unwrap();
-        assert!(cases.len() >= 15);
+        assert!(cases.len() >= 30);
+        assert!(cases
+            .iter()
+            .any(|c| c.template.contains("Qwen3") && !c.kwargs.is_empty()));
         let mut failures = Vec::new();
         for c in &cases {
-            let src = std::fs::read_to_string(dir.join(&c.template)).unwrap();
-            let t = ChatTemplate::new(&src, "<s>", "</s>").unwrap();
-            let got = t.render(&c.messages, c.add_generation_prompt);
+            let path = dirs
+                .iter()
+                .map(|d| d.join(&c.template))
+                .find(|p| p.exists());
+            let src = std::fs::read_to_string(path.expect("template file")).unwrap();
+            let mut t = ChatTemplate::new(&src, "<s>", "</s>").unwrap();
+            // The goldens' clock (chat_goldens.py): 2026-01-02.
+            t.env
+                .add_function("strftime_now", |f: String| format_date(&f, 2026, 1, 2));
+            let got = t.render_with(&c.messages, c.add_generation_prompt, &c.kwargs);
             match (&c.expected, &c.error, got) {
                 (Some(want), _, Ok(got)) if *want == got => {}
                 (_, Some(want), Err(Error::Template(got))) if got.contains(want.as_str()) => {}

@@ -3,7 +3,7 @@
 //! the fallback), how the conversation ends, and whether a BOS token is
 //! added after the template rendered one.
 
-use crate::chat::{ChatTemplate, Message, FALLBACK_TEMPLATE};
+use crate::chat::{ChatTemplate, Message, TemplateVars, FALLBACK_TEMPLATE};
 use crate::tokenizer::Tokenizer;
 use crate::Result;
 
@@ -28,20 +28,23 @@ pub fn template_or_fallback(template: Option<ChatTemplate>) -> Result<ChatTempla
     }
 }
 
-/// Renders `msgs` with `template` and tokenizes the text (control-token
-/// text becomes its tokens). BOS is added when the tokenizer asks for it,
-/// unless the rendered text already starts with the template's BOS text.
-/// A template that cannot render these messages is [`Error::Template`].
+/// Renders `msgs` with `template` (and the extra template variables
+/// `vars`, a request's `chat_template_kwargs`) and tokenizes the text
+/// (control-token text becomes its tokens). BOS is added when the
+/// tokenizer asks for it, unless the rendered text already starts with the
+/// template's BOS text. A template that cannot render these messages is
+/// [`Error::Template`].
 pub fn chat_tokens(
     template: &ChatTemplate,
     tok: &Tokenizer,
     msgs: &[Message],
     how: Ending,
+    vars: &TemplateVars,
 ) -> Result<Vec<u32>> {
     let text = match how {
-        Ending::Continue => template.render_continuing(msgs)?,
-        Ending::Generate => template.render(msgs, true)?,
-        Ending::Nothing => template.render(msgs, false)?,
+        Ending::Continue => template.render_continuing_with(msgs, vars)?,
+        Ending::Generate => template.render_with(msgs, true, vars)?,
+        Ending::Nothing => template.render_with(msgs, false, vars)?,
     };
     let has_bos = !template.bos_token.is_empty() && text.starts_with(&template.bos_token);
     tok.encode(&text, tok.add_bos && !has_bos, true)

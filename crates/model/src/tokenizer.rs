@@ -4,8 +4,8 @@
 //! - SentencePiece (`tokenizer.ggml.model = llama`): merges are derived from
 //!   the vocabulary, ranked by the score of the merged piece (SentencePiece
 //!   BPE merges the highest-scoring pair first), with byte fallback.
-//! - byte-level BPE (`gpt2`): the file's merges, a regex pre-tokenizer per
-//!   `tokenizer.ggml.pre` (`llama-bpe`, `qwen2`, `gpt-2`), then GPT-2's
+//! - byte-level BPE (`gpt2`): the file's merges, the regex pre-tokenizers
+//!   of `tokenizer.ggml.pre` (llama.cpp's table, in [`pre`]), then GPT-2's
 //!   byte-to-unicode mapping.
 //!
 //! Special tokens are split out before the BPE model sees the text, as in
@@ -30,10 +30,7 @@ mod token_type {
     pub const USER_DEFINED: i32 = 4;
 }
 
-const LLAMA3_REGEX: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-const QWEN2_REGEX: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-const GPT2_REGEX: &str =
-    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
+mod pre;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -209,32 +206,33 @@ impl Tokenizer {
                         file: file.into(),
                         what: "a merge in tokenizer.ggml.merges has no space".into(),
                     })?;
+                let p = pre::lookup(pre).ok_or_else(|| {
+                    Error::Tokenizer(format!(
+                        "{file}: pre-tokenizer {pre:?} is not supported (supported: {})",
+                        pre::names()
+                    ))
+                })?;
                 // Llama 3 uses a whole pre-token when the vocabulary has it, before any merge.
-                let ignore_merges = matches!(pre, "llama-bpe" | "llama3");
                 let bpe = BPE::builder()
                     .vocab_and_merges(bpe_vocab(&vocab), merges)
-                    .ignore_merges(ignore_merges)
+                    .ignore_merges(p.ignore_merges)
                     .build()
                     .map_err(tok_err)?;
-                let regex = match pre {
-                    "llama-bpe" | "llama3" | "smaug-bpe" | "dbrx" => LLAMA3_REGEX,
-                    "qwen2" | "stablelm2" => QWEN2_REGEX,
-                    "gpt-2" | "gpt2" | "default" | "olmo" | "mpt" => GPT2_REGEX,
-                    other => return Err(Error::Tokenizer(format!("{file}: pre-tokenizer {other:?} is not supported (llama-bpe, qwen2 and gpt-2 are)"))),
-                };
-                let split = Split::new(
-                    SplitPattern::Regex(regex.into()),
-                    SplitDelimiterBehavior::Isolated,
-                    false,
-                )
-                .map_err(tok_err)?;
+                let mut steps = Vec::with_capacity(p.regexes.len() + 1);
+                for regex in p.regexes {
+                    let split = Split::new(
+                        SplitPattern::Regex((*regex).into()),
+                        SplitDelimiterBehavior::Isolated,
+                        false,
+                    )
+                    .map_err(tok_err)?;
+                    steps.push(PreTokenizerWrapper::Split(split));
+                }
                 let bl = ByteLevel::default()
                     .add_prefix_space(false)
                     .use_regex(false);
-                let seq = Sequence::new(vec![
-                    PreTokenizerWrapper::Split(split),
-                    PreTokenizerWrapper::ByteLevel(bl),
-                ]);
+                steps.push(PreTokenizerWrapper::ByteLevel(bl));
+                let seq = Sequence::new(steps);
                 (Kind::ByteLevel, bpe, Some(seq))
             }
             other => {

@@ -7,7 +7,7 @@
 
 use crate::error::{Error, Result};
 use hasten_engine::{Limits, RequestSpec};
-use hasten_model::chat::{ChatTemplate, Message};
+use hasten_model::chat::{ChatTemplate, Message, TemplateVars, RESERVED_VARS};
 use hasten_model::prompt;
 pub use hasten_model::prompt::Ending;
 use hasten_model::sampler::SamplingParams;
@@ -305,6 +305,27 @@ pub fn chat_messages(msgs: &[ChatMessage]) -> Result<Vec<Message>> {
     Ok(out)
 }
 
+/// The request's `chat_template_kwargs` (vLLM's and llama-server's name;
+/// taken out of `extra`): variables passed to the chat template, e.g.
+/// Qwen3's `enable_thinking`. An object whose keys are not the renderer's
+/// own variables.
+pub fn template_kwargs(extra: &mut Extra) -> Result<TemplateVars> {
+    const FIELD: &str = "chat_template_kwargs";
+    match extra.remove(FIELD) {
+        None | Some(Value::Null) => Ok(TemplateVars::new()),
+        Some(Value::Object(vars)) => {
+            if let Some(k) = RESERVED_VARS.iter().find(|k| vars.contains_key(**k)) {
+                return Err(Error::bad(
+                    format!("{FIELD}.{k} is set by the server and cannot be passed"),
+                    FIELD,
+                ));
+            }
+            Ok(vars)
+        }
+        Some(_) => Err(Error::bad(format!("{FIELD} must be an object"), FIELD)),
+    }
+}
+
 /// The ending the request asks for, from vLLM's `continue_final_message`
 /// and `add_generation_prompt` (taken out of `extra`); with neither, a
 /// final assistant message is continued.
@@ -343,8 +364,9 @@ pub fn chat_prompt(
     template: &ChatTemplate,
     tok: &Tokenizer,
     how: Ending,
+    vars: &TemplateVars,
 ) -> Result<Vec<u32>> {
-    prompt::chat_tokens(template, tok, msgs, how).map_err(|e| match e {
+    prompt::chat_tokens(template, tok, msgs, how, vars).map_err(|e| match e {
         hasten_model::Error::Template(m) => Error::bad(
             format!("the chat template could not render these messages: chat template: {m}"),
             "messages",
@@ -439,6 +461,7 @@ pub fn plan_chat(
     let msgs = chat_messages(&r.messages)?;
     let mut extra = r.extra.clone();
     let how = ending(&mut extra, &msgs)?;
+    let vars = template_kwargs(&mut extra)?;
     check_extra(&extra, "")?;
     let (stream, include_usage) = stream_flags(&r.sampling)?;
     let logprobs = match (r.logprobs.unwrap_or(false), r.top_logprobs) {
@@ -451,7 +474,7 @@ pub fn plan_chat(
         (false, None) => LogprobStyle::None,
         (true, n) => LogprobStyle::Chat(top_count(n, "top_logprobs")?),
     };
-    let prompt = chat_prompt(&msgs, template, tok, how)?;
+    let prompt = chat_prompt(&msgs, template, tok, how, &vars)?;
     let (name, given) = match r.max_completion_tokens {
         Some(m) => ("max_completion_tokens", Some(m)),
         None => ("max_tokens", r.sampling.max_tokens),
@@ -575,6 +598,38 @@ mod tests {
         let mut x = ex(r#"{"continue_final_message":true,"echo":false}"#);
         ending(&mut x, &prefill).unwrap();
         assert_eq!(x.len(), 1, "the flags are taken out of extra");
+    }
+
+    #[test]
+    fn chat_template_kwargs_reach_the_template() {
+        let ex = |j: &str| -> Extra { serde_json::from_str(j).unwrap() };
+        let mut x = ex(r#"{"chat_template_kwargs":{"enable_thinking":false},"echo":false}"#);
+        let vars = template_kwargs(&mut x).unwrap();
+        assert_eq!(x.len(), 1, "taken out of extra");
+        let t = ChatTemplate::new(
+            "{{ messages[0].content }}{% if enable_thinking is defined and not enable_thinking %}<no-think>{% endif %}",
+            "",
+            "",
+        )
+        .unwrap();
+        let msgs = [Message::new("user", "hi")];
+        assert_eq!(t.render_with(&msgs, true, &vars).unwrap(), "hi<no-think>");
+        assert_eq!(t.render(&msgs, true).unwrap(), "hi");
+        for (j, what) in [
+            (r#"{"chat_template_kwargs":[1]}"#, "must be an object"),
+            (
+                r#"{"chat_template_kwargs":{"messages":[]}}"#,
+                "set by the server",
+            ),
+        ] {
+            match template_kwargs(&mut ex(j)) {
+                Err(Error::BadRequest { param, message, .. }) => {
+                    assert_eq!(param.as_deref(), Some("chat_template_kwargs"));
+                    assert!(message.contains(what), "{message}");
+                }
+                other => panic!("{j}: {other:?}"),
+            }
+        }
     }
 
     #[test]

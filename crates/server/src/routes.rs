@@ -470,7 +470,7 @@ async fn tokenize(
             (None, Some(m)) => {
                 let msgs = params::chat_messages(m)?;
                 let how = params::ending(&mut Default::default(), &msgs)?;
-                params::chat_prompt(&msgs, &b2.template, tok, how)
+                params::chat_prompt(&msgs, &b2.template, tok, how, &Default::default())
             }
             _ => Err(Error::bad(
                 "give exactly one of prompt and messages",

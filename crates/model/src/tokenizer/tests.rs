@@ -9,8 +9,9 @@ pub(crate) fn testdata() -> PathBuf {
 }
 
 fn check_vectors(name: &str) {
-    let dir = testdata().join("tokenizer");
-    let path = dir.join(format!("ggml-vocab-{name}.gguf"));
+    let path = testdata()
+        .join("tokenizer")
+        .join(format!("ggml-vocab-{name}.gguf"));
     let f = GgufFile::open(&path).unwrap_or_else(|e| panic!("{e} (set HASTEN_TESTDATA)"));
     let tok = Tokenizer::from_gguf(&f.header, &f.name).unwrap();
     check_vectors_with(name, &tok);
@@ -22,7 +23,17 @@ fn check_vectors(name: &str) {
 }
 
 fn check_vectors_with(name: &str, tok: &Tokenizer) {
-    let dir = testdata().join("tokenizer");
+    if let Err(e) = vectors_match(&testdata().join("tokenizer"), name, tok) {
+        panic!("{e}");
+    }
+}
+
+/// llama.cpp's vectors for vocabulary `name` in `dir`, through `tok`.
+fn vectors_match(
+    dir: &std::path::Path,
+    name: &str,
+    tok: &Tokenizer,
+) -> std::result::Result<usize, String> {
     let inp = std::fs::read_to_string(dir.join(format!("ggml-vocab-{name}.gguf.inp"))).unwrap();
     let out = std::fs::read_to_string(dir.join(format!("ggml-vocab-{name}.gguf.out"))).unwrap();
     // As llama.cpp's test-tokenizer-0: a separator ends each text, the last included.
@@ -31,11 +42,11 @@ fn check_vectors_with(name: &str, tok: &Tokenizer) {
         texts.pop();
     }
     let expected: Vec<&str> = out.lines().collect();
-    assert_eq!(
-        texts.len(),
-        expected.len(),
-        "{name}: .inp and .out disagree on the number of cases"
-    );
+    if texts.len() != expected.len() {
+        return Err(format!(
+            "{name}: .inp and .out disagree on the number of cases"
+        ));
+    }
     let mut failures = Vec::new();
     for (text, want) in texts.iter().zip(&expected) {
         let want: Vec<u32> = want
@@ -57,13 +68,60 @@ fn check_vectors_with(name: &str, tok: &Tokenizer) {
             failures.push(format!("decode({text:?}) = {dec:?}"));
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{name}: {} of {} cases differ:\n{}",
-        failures.len(),
-        texts.len(),
-        failures.join("\n")
-    );
+    if failures.is_empty() {
+        Ok(texts.len())
+    } else {
+        Err(format!(
+            "{name}: {} of {} cases differ:\n{}",
+            failures.len(),
+            texts.len(),
+            failures.join("\n")
+        ))
+    }
+}
+
+/// Tokenizer kinds of llama.cpp's test vocabularies hasten does not
+/// implement (BERT WordPiece, Gemma 4's): they must be refused
+/// with an error naming the kind, not mis-tokenized.
+const UNSUPPORTED_VOCABS: [&str; 2] = ["bert-bge", "gemma-4"];
+
+/// Every `ggml-vocab-*.gguf` of llama.cpp's `models/` (`HASTEN_VOCABS`,
+/// filled by `scripts/fetch-testdata.sh --vocabs DIR`; CI sets it).
+#[test]
+fn every_llama_cpp_vocabulary_file_reproduces_its_vectors() {
+    let Some(dir) = std::env::var_os("HASTEN_VOCABS").map(PathBuf::from) else {
+        eprintln!("HASTEN_VOCABS is not set: run scripts/fetch-testdata.sh --vocabs DIR and set it to DIR (CI does)");
+        return;
+    };
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("HASTEN_VOCABS={}: {e}", dir.display()))
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter_map(|f| {
+            Some(
+                f.strip_prefix("ggml-vocab-")?
+                    .strip_suffix(".gguf.inp")?
+                    .to_owned(),
+            )
+        })
+        .collect();
+    names.sort();
+    // (aquila, baichuan, gpt-neox and nomic-bert-moe ship no vectors.)
+    assert!(names.len() >= 14, "only {names:?} in {}", dir.display());
+    let mut failures = Vec::new();
+    for name in &names {
+        let f = GgufFile::open(&dir.join(format!("ggml-vocab-{name}.gguf"))).unwrap();
+        let tok = Tokenizer::from_gguf(&f.header, &f.name);
+        match (tok, UNSUPPORTED_VOCABS.contains(&name.as_str())) {
+            (Ok(t), false) => match vectors_match(&dir, name, &t) {
+                Ok(n) => eprintln!("{name}: {n} cases"),
+                Err(e) => failures.push(e),
+            },
+            (Err(e), true) => assert!(e.to_string().contains("not supported"), "{name}: {e}"),
+            (Ok(_), true) => failures.push(format!("{name}: expected to be refused")),
+            (Err(e), false) => failures.push(format!("{name}: {e}")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
 #[test]
