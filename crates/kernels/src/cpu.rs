@@ -216,6 +216,9 @@ pub struct Kernels {
     pub q5_0: QuantPath,
     pub q4_1: QuantPath,
     pub q5_1: QuantPath,
+    /// The 2- and 3-bit k-quants (Q8_K activations).
+    pub q2_k: QuantPath,
+    pub q3_k: QuantPath,
     pub q4_k: QuantPath,
     pub q5_k: QuantPath,
     pub q6_k: QuantPath,
@@ -356,6 +359,8 @@ impl Kernels {
             GgmlType::Q5_0 => Some(self.q5_0),
             GgmlType::Q4_1 => Some(self.q4_1),
             GgmlType::Q5_1 => Some(self.q5_1),
+            GgmlType::Q2K => Some(self.q2_k),
+            GgmlType::Q3K => Some(self.q3_k),
             GgmlType::Q4K => Some(self.q4_k),
             GgmlType::Q5K => Some(self.q5_k),
             GgmlType::Q6K => Some(self.q6_k),
@@ -389,6 +394,8 @@ impl Kernels {
             q5_0: q80(r::quantize_q8_0_act, r::dot_q5_0_q8_0),
             q4_1: q80(r::quantize_q8_0_act, r::dot_q4_1_q8_0),
             q5_1: q80(r::quantize_q8_0_act, r::dot_q5_1_q8_0),
+            q2_k: q8k(r::quantize_q8_k_act, r::dot_q2_k_q8_k),
+            q3_k: q8k(r::quantize_q8_k_act, r::dot_q3_k_q8_k),
             q4_k: q8k(r::quantize_q8_k_act, r::dot_q4_k_q8_k),
             q5_k: q8k(r::quantize_q8_k_act, r::dot_q5_k_q8_k),
             q6_k: q8k(r::quantize_q8_k_act, r::dot_q6_k_q8_k),
@@ -434,6 +441,8 @@ impl Kernels {
                 // Unrepacked Q4_1/Q5_1 rows (row counts not a multiple of 8) are rare.
                 q4_1: q80(avx2::quantize_q8_0, r::dot_q4_1_q8_0),
                 q5_1: q80(avx2::quantize_q8_0, r::dot_q5_1_q8_0),
+                q2_k: q8k(avx2::quantize_q8_k, crate::simd::avx2_lowk::dot_q2_k_q8_k),
+                q3_k: q8k(avx2::quantize_q8_k, crate::simd::avx2_lowk::dot_q3_k_q8_k),
                 q4_k: q8k(avx2::quantize_q8_k, avx2::dot_q4_k_q8_k),
                 // Unrepacked Q5_K rows (row counts not a multiple of 8) are rare.
                 q5_k: q8k(avx2::quantize_q8_k, r::dot_q5_k_q8_k),

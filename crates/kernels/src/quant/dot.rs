@@ -205,6 +205,47 @@ fn dot_q45_k_q8_k(five: bool, w: &[u8], x: &[u8]) -> f32 {
     sum
 }
 
+/// Q2_K weights · Q8_K activations: per 16-element sub-block
+/// `d*sc*sum(q2*q8)`, minus `dmin*m*sum(q8)` from the block sums.
+pub fn dot_q2_k_q8_k(w: &[u8], x: &[u8]) -> f32 {
+    use super::lowk::{q2_at, Q2_K_BYTES};
+    let mut sum = 0.0f32;
+    for (bw, bx) in w.chunks_exact(Q2_K_BYTES).zip(x.chunks_exact(Q8_K_BYTES)) {
+        let (dx, q8, bsums) = q8k_parts(bx);
+        let (scales, qs) = (&bw[..16], &bw[16..80]);
+        let (mut total, mut mins) = (0i32, 0i32);
+        for (j, &sc) in scales.iter().enumerate() {
+            let s: i32 = (16 * j..16 * j + 16)
+                .map(|i| q2_at(qs, i) as i32 * (q8[i] as i8 as i32))
+                .sum();
+            total += (sc & 0xf) as i32 * s;
+            mins += (sc >> 4) as i32 * bsums[j];
+        }
+        sum += read_f16(&bw[80..82]) * dx * total as f32 - read_f16(&bw[82..84]) * dx * mins as f32;
+    }
+    sum
+}
+
+/// Q3_K weights · Q8_K activations: per 16-element sub-block
+/// `d*(sc-32)*sum((q3-4)*q8)`.
+pub fn dot_q3_k_q8_k(w: &[u8], x: &[u8]) -> f32 {
+    use super::lowk::{q3_at, q3_scales, Q3_K_BYTES};
+    let mut sum = 0.0f32;
+    for (bw, bx) in w.chunks_exact(Q3_K_BYTES).zip(x.chunks_exact(Q8_K_BYTES)) {
+        let (dx, q8, _) = q8k_parts(bx);
+        let (hmask, qs) = (&bw[..32], &bw[32..96]);
+        let mut total = 0i32;
+        for (j, sc) in q3_scales(&bw[96..108]).iter().enumerate() {
+            let s: i32 = (16 * j..16 * j + 16)
+                .map(|i| q3_at(hmask, qs, i) as i32 * (q8[i] as i8 as i32))
+                .sum();
+            total += *sc as i32 * s;
+        }
+        sum += read_f16(&bw[108..110]) * dx * total as f32;
+    }
+    sum
+}
+
 /// Q6_K weights · Q8_K activations: per 16-element group `d*sc*sum(q6*q8)`.
 pub fn dot_q6_k_q8_k(w: &[u8], x: &[u8]) -> f32 {
     let mut sum = 0.0f32;
@@ -453,7 +494,14 @@ mod tests {
     #[test]
     fn k_quant_dots_match_the_reference_and_f32_on_every_tier() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(6);
-        for ty in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K, GgmlType::IQ4XS] {
+        for ty in [
+            GgmlType::Q2K,
+            GgmlType::Q3K,
+            GgmlType::Q4K,
+            GgmlType::Q5K,
+            GgmlType::Q6K,
+            GgmlType::IQ4XS,
+        ] {
             for blocks in [1, 2, 5] {
                 let n = QK_K * blocks;
                 let (wf, x) = (row(&mut rng, n), row(&mut rng, n));

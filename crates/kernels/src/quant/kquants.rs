@@ -34,8 +34,10 @@ pub fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
 }
 
 /// ggml's `make_qkx2_quants`: a weighted search for the (scale, min) of an
-/// asymmetric `nmax`-level quantization. Returns (scale, -min).
-fn make_qkx2_quants(
+/// asymmetric `nmax`-level quantization, by squared or (`use_mad`)
+/// absolute error. Returns (scale, -min).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn make_qkx2_quants(
     nmax: i32,
     x: &[f32],
     weights: &[f32],
@@ -44,6 +46,7 @@ fn make_qkx2_quants(
     rmin: f32,
     rdelta: f32,
     nstep: i32,
+    use_mad: bool,
 ) -> (f32, f32) {
     let n = x.len();
     let mut min = x[0];
@@ -75,7 +78,7 @@ fn make_qkx2_quants(
         let l = nearest_int(iscale * (x[i] - min));
         l_out[i] = l.clamp(0, nmax) as u8;
         let diff = scale * l_out[i] as f32 + min - x[i];
-        let diff = diff * diff;
+        let diff = if use_mad { diff.abs() } else { diff * diff };
         best_error += weights[i] * diff;
     }
     if nstep < 1 {
@@ -104,7 +107,8 @@ fn make_qkx2_quants(
             let mut cur_error = 0.0f32;
             for i in 0..n {
                 let diff = this_scale * laux[i] as f32 + this_min - x[i];
-                cur_error += weights[i] * (diff * diff);
+                let diff = if use_mad { diff.abs() } else { diff * diff };
+                cur_error += weights[i] * diff;
             }
             if cur_error < best_error {
                 l_out[..n].copy_from_slice(&laux[..n]);
@@ -204,6 +208,7 @@ fn quantize_k_scales(
             rmin,
             0.1,
             nstep,
+            false,
         );
         scales[j] = s;
         mins[j] = m;

@@ -9,6 +9,7 @@ pub mod dot;
 pub(crate) mod iquants;
 pub(crate) mod kquants;
 pub(crate) mod legacy;
+pub(crate) mod lowk;
 pub mod repack;
 pub mod repack_iq4;
 pub mod repack_q5k;
@@ -30,6 +31,8 @@ pub enum GgmlType {
     Q5_0 = 6,
     Q5_1 = 7,
     Q8_0 = 8,
+    Q2K = 10,
+    Q3K = 11,
     Q4K = 12,
     Q5K = 13,
     Q6K = 14,
@@ -40,7 +43,7 @@ pub enum GgmlType {
 
 impl GgmlType {
     /// Every supported type, for tests and help texts.
-    pub const ALL: [GgmlType; 13] = [
+    pub const ALL: [GgmlType; 15] = [
         GgmlType::F32,
         GgmlType::F16,
         GgmlType::BF16,
@@ -49,6 +52,8 @@ impl GgmlType {
         GgmlType::Q4_1,
         GgmlType::Q5_0,
         GgmlType::Q5_1,
+        GgmlType::Q2K,
+        GgmlType::Q3K,
         GgmlType::Q4K,
         GgmlType::Q5K,
         GgmlType::Q6K,
@@ -76,6 +81,8 @@ impl GgmlType {
             GgmlType::Q5_0 => "Q5_0",
             GgmlType::Q5_1 => "Q5_1",
             GgmlType::Q8_0 => "Q8_0",
+            GgmlType::Q2K => "Q2_K",
+            GgmlType::Q3K => "Q3_K",
             GgmlType::Q4K => "Q4_K",
             GgmlType::Q5K => "Q5_K",
             GgmlType::Q6K => "Q6_K",
@@ -102,7 +109,12 @@ impl GgmlType {
             | GgmlType::Q5_1
             | GgmlType::Q8_0
             | GgmlType::IQ4NL => 32,
-            GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K | GgmlType::IQ4XS => QK_K,
+            GgmlType::Q2K
+            | GgmlType::Q3K
+            | GgmlType::Q4K
+            | GgmlType::Q5K
+            | GgmlType::Q6K
+            | GgmlType::IQ4XS => QK_K,
         }
     }
 
@@ -116,6 +128,8 @@ impl GgmlType {
             GgmlType::Q5_0 => legacy::Q5_0_BYTES,
             GgmlType::Q5_1 => legacy::Q5_1_BYTES,
             GgmlType::Q8_0 => legacy::Q8_0_BYTES,
+            GgmlType::Q2K => lowk::Q2_K_BYTES,
+            GgmlType::Q3K => lowk::Q3_K_BYTES,
             GgmlType::Q4K => kquants::Q4_K_BYTES,
             GgmlType::Q5K => kquants::Q5_K_BYTES,
             GgmlType::Q6K => kquants::Q6_K_BYTES,
@@ -187,6 +201,8 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<()> {
         GgmlType::Q5_0 => legacy::dequantize_q5_0(src, dst),
         GgmlType::Q5_1 => legacy::dequantize_q5_1(src, dst),
         GgmlType::Q8_0 => legacy::dequantize_q8_0(src, dst),
+        GgmlType::Q2K => lowk::dequantize_q2_k(src, dst),
+        GgmlType::Q3K => lowk::dequantize_q3_k(src, dst),
         GgmlType::Q4K => kquants::dequantize_q4_k(src, dst),
         GgmlType::Q5K => kquants::dequantize_q5_k(src, dst),
         GgmlType::Q6K => kquants::dequantize_q6_k(src, dst),
@@ -221,6 +237,8 @@ pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<()> {
         GgmlType::Q5_0 => legacy::quantize_q5_0(src, dst),
         GgmlType::Q5_1 => legacy::quantize_q5_1(src, dst),
         GgmlType::Q8_0 => legacy::quantize_q8_0(src, dst),
+        GgmlType::Q2K => lowk::quantize_q2_k(src, dst),
+        GgmlType::Q3K => lowk::quantize_q3_k(src, dst),
         GgmlType::Q4K => kquants::quantize_q4_k(src, dst),
         GgmlType::Q5K => kquants::quantize_q5_k(src, dst),
         GgmlType::Q6K => kquants::quantize_q6_k(src, dst),

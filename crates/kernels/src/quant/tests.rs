@@ -26,7 +26,7 @@ fn hex(s: &str) -> Vec<u8> {
 fn quantize_and_dequantize_are_bit_exact_with_ggml() {
     let golden: serde_json::Value = serde_json::from_str(GOLDEN).unwrap();
     let obj = golden.as_object().unwrap();
-    assert_eq!(obj.len(), 12, "goldens cover every non-f32 type");
+    assert_eq!(obj.len(), 14, "goldens cover every non-f32 type");
     for (name, cases) in obj {
         let ty = GgmlType::from_name(name).unwrap();
         for (i, case) in cases.as_array().unwrap().iter().enumerate() {
@@ -65,6 +65,8 @@ fn rel_rms_bound(ty: GgmlType) -> f32 {
         GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q5K => 0.07,
         GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4K => 0.14,
         GgmlType::IQ4NL | GgmlType::IQ4XS => 0.12,
+        GgmlType::Q3K => 0.3,
+        GgmlType::Q2K => 0.5,
     }
 }
 
@@ -136,6 +138,8 @@ fn block_geometry_matches_ggml() {
         (GgmlType::Q5_0, 32, 22),
         (GgmlType::Q5_1, 32, 24),
         (GgmlType::Q8_0, 32, 34),
+        (GgmlType::Q2K, 256, 84),
+        (GgmlType::Q3K, 256, 110),
         (GgmlType::Q4K, 256, 144),
         (GgmlType::Q5K, 256, 176),
         (GgmlType::Q6K, 256, 210),

@@ -193,7 +193,7 @@ macro_rules! tile_fn {
                 let row = &mut scores[r * w..(r + 1) * w];
                 let (lo, len) = (lo(r), len(r));
                 if let Some(cap) = view.softcap {
-                    crate::ops::softcap(&mut row[lo..len], cap);
+                    softcap8(&mut row[lo..len], cap);
                 }
                 softmax8(&mut row[lo..len]);
                 row[start..lo].fill(0.0);
@@ -251,6 +251,40 @@ unsafe fn score_rows<const R: usize>(
         let s = _mm256_mul_ps(sums8(a), _mm256_set1_ps(scale));
         // SAFETY: the caller's contract: 8 scores of row `r + i` at `p0`.
         unsafe { _mm256_storeu_ps(scores.as_mut_ptr().add((r + i) * w + p0), s) };
+    }
+}
+
+/// Soft-capping `cap * tanh(s / cap)` with the polynomial `exp`, as
+/// `cap * (1 - 2 / (exp(2s / cap) + 1))`, eight lanes at a time (a tail
+/// padded with zeros, which stay 0).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn softcap8(x: &mut [f32], cap: f32) {
+    let (k, c, one, two) = (
+        _mm256_set1_ps(2.0 / cap),
+        _mm256_set1_ps(cap),
+        _mm256_set1_ps(1.0),
+        _mm256_set1_ps(2.0),
+    );
+    let f = |v: __m256| {
+        let e = super::avx2::exp8(_mm256_mul_ps(v, k));
+        _mm256_mul_ps(
+            c,
+            _mm256_sub_ps(one, _mm256_div_ps(two, _mm256_add_ps(e, one))),
+        )
+    };
+    let mut chunks = x.chunks_exact_mut(8);
+    for ch in &mut chunks {
+        // SAFETY: `ch` holds 8 floats.
+        unsafe { _mm256_storeu_ps(ch.as_mut_ptr(), f(_mm256_loadu_ps(ch.as_ptr()))) };
+    }
+    let tail = chunks.into_remainder();
+    if !tail.is_empty() {
+        let mut pad = [0.0f32; 8];
+        pad[..tail.len()].copy_from_slice(tail);
+        // SAFETY: `pad` holds 8 floats.
+        unsafe { _mm256_storeu_ps(pad.as_mut_ptr(), f(_mm256_loadu_ps(pad.as_ptr()))) };
+        tail.copy_from_slice(&pad[..tail.len()]);
     }
 }
 

@@ -8,6 +8,8 @@ pub mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub mod avx2_attn;
 #[cfg(target_arch = "x86_64")]
+pub mod avx2_lowk;
+#[cfg(target_arch = "x86_64")]
 pub mod avx2_x8;
 #[cfg(target_arch = "x86_64")]
 pub mod avx512;
