@@ -39,6 +39,8 @@ FIXTURES = [
     ("smollm3-q4_0", ["--type", "q4_0", "--arch", "smollm3"]),
     ("llama-iq4_nl", ["--type", "iq4_nl"]),
     ("llama-iq4_xs", ["--type", "iq4_xs"]),
+    ("llama-q3_k", ["--type", "q3_k"]),
+    ("llama-q2_k", ["--type", "q2_k"]),
     ("qwen3moe-f32", ["--type", "f32", "--arch", "qwen3moe"]),
     ("qwen3moe-q4_0", ["--type", "q4_0", "--arch", "qwen3moe"]),
     ("mixtral-f32", ["--type", "f32", "--arch", "mixtral"]),
