@@ -11,8 +11,8 @@
 
 use crate::quant::GgmlType;
 use crate::rows::{
-    AttendTile, F16Dot, K16Gemm, K8Gemm, K8Gemv, Q8Row, QuantDot, QuantizeRow, Tile1, TileN,
-    X16Gemm, X16Gemm4, X8Gemm, X8Gemv, X8_N,
+    AttendTile, F16Dot, K16Gemm, K8Gemm, K8Gemv, Q8Row, QuantDot, QuantDot4, QuantizeRow, Tile1,
+    TileN, X16Gemm, X16Gemm4, X8Gemm, X8Gemv, X8_N,
 };
 use std::sync::OnceLock;
 
@@ -205,6 +205,9 @@ pub struct QuantPath {
     pub dot: QuantDot,
     /// Register tiles over [`Q8Row`]s, if the tier has them (32-element types only).
     pub tiles: Option<(Tile1, TileN)>,
+    /// Four activation rows per pass over a weight row (Q2_K, Q3_K: the
+    /// types without an interleaved layout), if the tier has it.
+    pub dot4: Option<QuantDot4>,
 }
 
 /// Function pointers resolved once for the tier in use.
@@ -379,6 +382,7 @@ impl Kernels {
             quantize,
             dot,
             tiles: None,
+            dot4: None,
         };
         let q8k = |quantize, dot| QuantPath {
             act_block: 256,
@@ -386,6 +390,7 @@ impl Kernels {
             quantize,
             dot,
             tiles: None,
+            dot4: None,
         };
         let scalar = Kernels {
             isa: Isa::Scalar,
@@ -441,8 +446,14 @@ impl Kernels {
                 // Unrepacked Q4_1/Q5_1 rows (row counts not a multiple of 8) are rare.
                 q4_1: q80(avx2::quantize_q8_0, r::dot_q4_1_q8_0),
                 q5_1: q80(avx2::quantize_q8_0, r::dot_q5_1_q8_0),
-                q2_k: q8k(avx2::quantize_q8_k, crate::simd::avx2_lowk::dot_q2_k_q8_k),
-                q3_k: q8k(avx2::quantize_q8_k, crate::simd::avx2_lowk::dot_q3_k_q8_k),
+                q2_k: QuantPath {
+                    dot4: Some(crate::simd::avx2_lowk::dot4_q2_k_q8_k),
+                    ..q8k(avx2::quantize_q8_k, crate::simd::avx2_lowk::dot_q2_k_q8_k)
+                },
+                q3_k: QuantPath {
+                    dot4: Some(crate::simd::avx2_lowk::dot4_q3_k_q8_k),
+                    ..q8k(avx2::quantize_q8_k, crate::simd::avx2_lowk::dot_q3_k_q8_k)
+                },
                 q4_k: q8k(avx2::quantize_q8_k, avx2::dot_q4_k_q8_k),
                 // Unrepacked Q5_K rows (row counts not a multiple of 8) are rare.
                 q5_k: q8k(avx2::quantize_q8_k, r::dot_q5_k_q8_k),
@@ -580,6 +591,14 @@ fn avx512_table(avx2: Kernels) -> Kernels {
         q5_1: QuantPath {
             quantize: e::quantize_q8_0,
             ..avx2.q5_1
+        },
+        q2_k: QuantPath {
+            dot4: Some(crate::simd::avx2_lowk::dot4_q2_k_q8_k_vnni),
+            ..avx2.q2_k
+        },
+        q3_k: QuantPath {
+            dot4: Some(crate::simd::avx2_lowk::dot4_q3_k_q8_k_vnni),
+            ..avx2.q3_k
         },
         ..avx2
     }

@@ -192,11 +192,22 @@ pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads
             }
         } else {
             let xq = &s.xq;
+            let xrow = |t: usize| &xq[t * act_rb..(t + 1) * act_rb];
             par_column_blocks(out, w.rows, 1, threads, |blk| {
                 for i in 0..blk.width() {
                     let row = w.row(blk.first() + i);
-                    for t in 0..n {
-                        blk.row(t)[i] = (path.dot)(row, &xq[t * act_rb..(t + 1) * act_rb]);
+                    let mut t = 0;
+                    if let Some(dot4) = path.dot4 {
+                        while t + 4 <= n {
+                            let got = dot4(row, [xrow(t), xrow(t + 1), xrow(t + 2), xrow(t + 3)]);
+                            for (j, v) in got.into_iter().enumerate() {
+                                blk.row(t + j)[i] = v;
+                            }
+                            t += 4;
+                        }
+                    }
+                    for t in t..n {
+                        blk.row(t)[i] = (path.dot)(row, xrow(t));
                     }
                 }
             });

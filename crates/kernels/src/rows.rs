@@ -10,6 +10,10 @@ use half::f16;
 /// Dot product of one quantized weight row with one quantized activation
 /// row (both whole blocks of the same length).
 pub type QuantDot = fn(w: &[u8], x: &[u8]) -> f32;
+
+/// One weight row against four activation rows (each weight block unpacked
+/// once for all four): `[dot(w, x[0]), ..., dot(w, x[3])]`.
+pub type QuantDot4 = fn(w: &[u8], x: [&[u8]; 4]) -> [f32; 4];
 /// Activation rows per register tile in batched products (prefill, batched decode).
 pub const TILE_N: usize = 3;
 

@@ -522,6 +522,26 @@ mod tests {
                         "{ty} {:?} {blocks}: {got} vs {want}",
                         k.isa
                     );
+                    // Four activation rows at once: each the one-row result.
+                    if let Some(dot4) = path.dot4 {
+                        let rows: Vec<Vec<u8>> = (0..4)
+                            .map(|r| {
+                                let xr: Vec<f32> = x.iter().map(|v| v * (r as f32 - 1.5)).collect();
+                                let mut q = vec![0u8; Q8_K_BYTES * blocks];
+                                (path.quantize)(&xr, &mut q);
+                                q
+                            })
+                            .collect();
+                        let got4 = dot4(&w, [&rows[0], &rows[1], &rows[2], &rows[3]]);
+                        for (r, g) in got4.iter().enumerate() {
+                            let want = (path.dot)(&w, &rows[r]);
+                            assert!(
+                                (g - want).abs() <= 1e-5 * scale * 2.0 + 1e-5,
+                                "{ty} {:?} {blocks} row {r}: {g} vs {want}",
+                                k.isa
+                            );
+                        }
+                    }
                 }
             }
         }

@@ -27,17 +27,28 @@ pub fn q2_at(qs: &[u8], i: usize) -> u8 {
     (qs[32 * h + l] >> (2 * s)) & 3
 }
 
-/// Q3_K's sixteen signed 6-bit scales (`sc - 32`).
+/// Q3_K's sixteen signed 6-bit scales (`sc - 32`): scale `j`'s low four
+/// bits are nibble `j % 8` of bytes 0-7 (low nibbles first), its high two
+/// bits are bits `2 (j / 4)` of byte `8 + j % 4`; unpacked four at a time.
+#[inline]
 pub fn q3_scales(packed: &[u8]) -> [i8; 16] {
+    const K1: u32 = 0x0303_0303;
+    const K2: u32 = 0x0f0f_0f0f;
+    let word =
+        |i: usize| u32::from_le_bytes([packed[i], packed[i + 1], packed[i + 2], packed[i + 3]]);
+    let (a0, a1, a2) = (word(0), word(4), word(8));
+    let words = [
+        (a0 & K2) | ((a2 & K1) << 4),
+        (a1 & K2) | (((a2 >> 2) & K1) << 4),
+        ((a0 >> 4) & K2) | (((a2 >> 4) & K1) << 4),
+        ((a1 >> 4) & K2) | (((a2 >> 6) & K1) << 4),
+    ];
     let mut out = [0i8; 16];
-    for (j, o) in out.iter_mut().enumerate() {
-        let low = if j < 8 {
-            packed[j] & 0xf
-        } else {
-            packed[j - 8] >> 4
-        };
-        let high = (packed[8 + j % 4] >> (2 * (j / 4))) & 3;
-        *o = ((low | (high << 4)) as i8) - 32;
+    for (o, b) in out
+        .iter_mut()
+        .zip(words.iter().flat_map(|w| w.to_le_bytes()))
+    {
+        *o = b as i8 - 32;
     }
     out
 }

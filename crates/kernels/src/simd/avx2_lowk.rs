@@ -2,16 +2,17 @@
 //! activations (the AVX-512 tier uses them too). Each 32-byte load of
 //! `qs` holds four shifts of 32 two-bit values; one shift is two 16-element
 //! sub-blocks, whose products `maddubs` sums to i16 lanes 0-7 and 8-15,
-//! then `madd` weights by the two sub-blocks' scales. Q3_K's third bit
-//! comes from `hmask`; its `- 4` offset and Q2_K's minimums are applied
-//! through the activation block sums.
+//! then `madd` weights by the two sub-blocks' scales (picked from a
+//! register by a byte shuffle). Q3_K's third bit comes from `hmask`, its
+//! `- 4` folded into a second product (4 where the bit is clear); Q2_K's
+//! minimums are applied through the activation block sums.
 //!
 //! Handed out by [`crate::cpu::Kernels::for_isa`] only after AVX2, FMA and
 //! F16C were detected: the safety condition of the functions below.
 
 #![allow(unsafe_code)]
 
-use crate::quant::dot::{q8k_parts, Q8_K_BYTES as Q8K};
+use crate::quant::dot::Q8_K_BYTES as Q8K;
 use crate::quant::lowk::{q3_scales, Q2_K_BYTES, Q3_K_BYTES};
 use crate::quant::read_f16;
 use std::arch::x86_64::*;
@@ -30,6 +31,322 @@ pub fn dot_q3_k_q8_k(w: &[u8], x: &[u8]) -> f32 {
     unsafe { dot_q3_k_impl(&w[..n * Q3_K_BYTES], &x[..n * Q8K]) }
 }
 
+/// Q2_K · four Q8_K rows, each weight block unpacked once.
+pub fn dot4_q2_k_q8_k(w: &[u8], x: [&[u8]; 4]) -> [f32; 4] {
+    let n = x
+        .iter()
+        .fold(w.len() / Q2_K_BYTES, |n, r| n.min(r.len() / Q8K));
+    // SAFETY: features detected by the kernel table; `n` whole blocks of each.
+    unsafe { dot4_impl::<false>(&w[..n * Q2_K_BYTES], x.map(|r| &r[..n * Q8K])) }
+}
+
+/// Q3_K · four Q8_K rows, each weight block unpacked once.
+pub fn dot4_q3_k_q8_k(w: &[u8], x: [&[u8]; 4]) -> [f32; 4] {
+    let n = x
+        .iter()
+        .fold(w.len() / Q3_K_BYTES, |n, r| n.min(r.len() / Q8K));
+    // SAFETY: features detected by the kernel table; `n` whole blocks of each.
+    unsafe { dot4_impl::<true>(&w[..n * Q3_K_BYTES], x.map(|r| &r[..n * Q8K])) }
+}
+
+/// One weight block of either type, unpacked: the eight 32-value vectors
+/// (unsigned, Q3_K's as `q3 + 4` in 0..8), their eight scale-pair vectors,
+/// the block sums' weights (Q2_K: its minimums; Q3_K: `4 * sc`, the
+/// offset) and the two super-block scales (`dmin` 0 for Q3_K).
+struct Unpacked {
+    v: [__m256i; 8],
+    sc: [__m256i; 8],
+    sums_by: __m256i,
+    d: f32,
+    dmin: f32,
+}
+
+/// Unpacks one block (`$bw`, of Q3_K if `$q3` else Q2_K) into an
+/// [`Unpacked`], `$pairs` deciding whether the scale-pair vectors are
+/// built. A macro, not a function: it must be inlined into kernels of
+/// either tier, and a call returning the struct through memory stalls
+/// each later 512-bit read of it on store forwarding.
+macro_rules! unpack {
+    ($bw:expr, $q3:expr, $pairs:expr) => {{
+        let bw: &[u8] = $bw;
+        let (m3, one, m4) = (_mm256_set1_epi8(3), _mm256_set1_epi8(1), _mm_set1_epi8(0xf));
+        let (scales, sums_by, qs_at, d, dmin);
+        if $q3 {
+            let s8 = q3_scales(&bw[96..108]);
+            // SAFETY: `s8` holds 16 i8.
+            let s16 =
+                _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(s8.as_ptr() as *const __m128i) });
+            scales = halves(s16);
+            sums_by = _mm256_slli_epi16(s16, 2);
+            qs_at = 32;
+            d = read_f16(&bw[108..110]);
+            dmin = 0.0;
+        } else {
+            // SAFETY: the block's 16 scale bytes.
+            let s8 = unsafe { _mm_loadu_si128(bw.as_ptr() as *const __m128i) };
+            scales = halves(_mm256_cvtepu8_epi16(_mm_and_si128(s8, m4)));
+            sums_by = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s8, 4), m4));
+            qs_at = 16;
+            d = read_f16(&bw[80..82]);
+            dmin = read_f16(&bw[82..84]);
+        }
+        // SAFETY: Q3_K's 32 `hmask` bytes (unused for Q2_K).
+        let hm = unsafe { _mm256_loadu_si256(bw.as_ptr() as *const __m256i) };
+        let mut v = [_mm256_setzero_si256(); 8];
+        let mut sc = [_mm256_setzero_si256(); 8];
+        for h in 0..2 {
+            // SAFETY: 32 of the block's 64 `qs` bytes.
+            let q =
+                unsafe { _mm256_loadu_si256(bw.as_ptr().add(qs_at + 32 * h) as *const __m256i) };
+            for s in 0..4 {
+                let mut vs =
+                    _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * s as i32)), m3);
+                if $q3 {
+                    let bit = _mm256_and_si256(
+                        _mm256_srl_epi16(hm, _mm_cvtsi32_si128((4 * h + s) as i32)),
+                        one,
+                    );
+                    vs = _mm256_or_si256(vs, _mm256_slli_epi16(bit, 2));
+                }
+                v[4 * h + s] = vs;
+                if $pairs {
+                    // SAFETY: the mask's 32 bytes.
+                    let mask = unsafe { _mm256_loadu_si256(PAIR[s].as_ptr() as *const __m256i) };
+                    sc[4 * h + s] = _mm256_shuffle_epi8(scales[h], mask);
+                }
+            }
+        }
+        Unpacked {
+            v,
+            sc,
+            sums_by,
+            d,
+            dmin,
+        }
+    }};
+}
+
+/// # Safety
+/// AVX2, FMA and F16C are available; `w` and every `x[r]` hold the same
+/// number of whole weight (Q3_K if `Q3`, else Q2_K) and Q8_K blocks.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot4_impl<const Q3: bool>(w: &[u8], x: [&[u8]; 4]) -> [f32; 4] {
+    let wb = if Q3 { Q3_K_BYTES } else { Q2_K_BYTES };
+    let mut acc = [_mm256_setzero_ps(); 4];
+    for (b, bw) in w.chunks_exact(wb).enumerate() {
+        let u = unpack!(bw, Q3, true);
+        for r in 0..4 {
+            let bx = &x[r][b * Q8K..(b + 1) * Q8K];
+            let dx = f32::from_le_bytes([bx[0], bx[1], bx[2], bx[3]]);
+            let mut sumi = _mm256_setzero_si256();
+            for k in 0..8 {
+                // SAFETY: 32 activation quants of elements 32k ...
+                let xv =
+                    unsafe { _mm256_loadu_si256(bx.as_ptr().add(4 + 32 * k) as *const __m256i) };
+                let prod = _mm256_maddubs_epi16(u.v[k], xv);
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(prod, u.sc[k]));
+            }
+            // SAFETY: `bx` is a whole Q8_K block.
+            let sums = _mm256_madd_epi16(u.sums_by, unsafe { bsums(bx) });
+            // Q3_K: d * (sum(q3u * q8 * sc) - sum(4 sc * bsum)); Q2_K: d * ... - dmin * sum(m * bsum).
+            let (ds, dm) = if Q3 {
+                (u.d * dx, u.d * dx)
+            } else {
+                (u.d * dx, u.dmin * dx)
+            };
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(ds), _mm256_cvtepi32_ps(sumi), acc[r]);
+            acc[r] = _mm256_fnmadd_ps(_mm256_set1_ps(dm), _mm256_cvtepi32_ps(sums), acc[r]);
+        }
+    }
+    let mut out = [0.0f32; 4];
+    for (o, a) in out.iter_mut().zip(acc) {
+        *o = hsum(a);
+    }
+    out
+}
+
+/// The AVX-512 VNNI tier's [`dot4_q2_k_q8_k`]: `vpdpbusd` sums four
+/// products per i32 lane over 64 values at a time, and each lane's
+/// sub-block scale is applied in f32.
+pub fn dot4_q2_k_q8_k_vnni(w: &[u8], x: [&[u8]; 4]) -> [f32; 4] {
+    let n = x
+        .iter()
+        .fold(w.len() / Q2_K_BYTES, |n, r| n.min(r.len() / Q8K));
+    // SAFETY: handed out by the kernel table only after AVX-512 F/BW/VL/VNNI
+    // were detected; `n` whole blocks of each.
+    unsafe { dot4_vnni::<false>(&w[..n * Q2_K_BYTES], x.map(|r| &r[..n * Q8K])) }
+}
+
+/// The AVX-512 VNNI tier's [`dot4_q3_k_q8_k`].
+pub fn dot4_q3_k_q8_k_vnni(w: &[u8], x: [&[u8]; 4]) -> [f32; 4] {
+    let n = x
+        .iter()
+        .fold(w.len() / Q3_K_BYTES, |n, r| n.min(r.len() / Q8K));
+    // SAFETY: as in `dot4_q2_k_q8_k_vnni`.
+    unsafe { dot4_vnni::<true>(&w[..n * Q3_K_BYTES], x.map(|r| &r[..n * Q8K])) }
+}
+
+/// # Safety
+/// AVX2, FMA, F16C and AVX-512 F/BW/VL/VNNI are available; `w` and every
+/// `x[r]` hold the same number of whole weight (Q3_K if `Q3`, else Q2_K)
+/// and Q8_K blocks.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn dot4_vnni<const Q3: bool>(w: &[u8], x: [&[u8]; 4]) -> [f32; 4] {
+    let wb = if Q3 { Q3_K_BYTES } else { Q2_K_BYTES };
+    let mut acc = [_mm512_setzero_ps(); 4];
+    let mut acc_sums = [_mm256_setzero_ps(); 4];
+    for (b, bw) in w.chunks_exact(wb).enumerate() {
+        let u = unpack!(bw, Q3, false);
+        // Values 64c..64c + 64 in one register; lane j (four values) is in
+        // sub-block 4c + j / 4, whose scale (times d) multiplies it.
+        // (Loops, not closures: a closure would not inherit the target
+        // features, and each intrinsic in it would become a call.)
+        let mut v = [_mm512_setzero_si512(); 4];
+        for (c, vc) in v.iter_mut().enumerate() {
+            *vc = _mm512_inserti64x4(_mm512_castsi256_si512(u.v[2 * c]), u.v[2 * c + 1], 1);
+        }
+        let mut sc8 = [0i8; 16];
+        if Q3 {
+            sc8 = q3_scales(&bw[96..108]);
+        } else {
+            for (o, &b) in sc8.iter_mut().zip(&bw[..16]) {
+                *o = (b & 0xf) as i8;
+            }
+        }
+        // SAFETY: `sc8` holds 16 i8.
+        let scf = _mm512_mul_ps(
+            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(unsafe {
+                _mm_loadu_si128(sc8.as_ptr() as *const __m128i)
+            })),
+            _mm512_set1_ps(u.d),
+        );
+        let mut lane_scales = [_mm512_setzero_ps(); 4];
+        let quarter = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+        for (c, ls) in lane_scales.iter_mut().enumerate() {
+            let idx = _mm512_add_epi32(quarter, _mm512_set1_epi32(4 * c as i32));
+            *ls = _mm512_permutexvar_ps(idx, scf);
+        }
+        // Q2_K: the scale times the value (at most 15 * 3) still fits a
+        // byte, so the scales go into the weights once per block and each
+        // row needs one integer sum.
+        let mut scaled = [_mm512_setzero_si512(); 4];
+        if !Q3 {
+            // SAFETY: the 16 scale bytes.
+            let sc = _mm512_broadcast_i32x4(_mm_and_si128(
+                unsafe { _mm_loadu_si128(bw.as_ptr() as *const __m128i) },
+                _mm_set1_epi8(0xf),
+            ));
+            let sc2 = _mm512_add_epi8(sc, sc);
+            for (c, sv) in scaled.iter_mut().enumerate() {
+                // 128-bit lane k holds sub-block 4c + k: its scale in every byte.
+                let c4 = 4 * c as i8;
+                let idx = _mm512_set_epi8(
+                    c4 + 3,
+                    c4 + 3,
+                    c4 + 3,
+                    c4 + 3,
+                    c4 + 3,
+                    c4 + 3,
+                    c4 + 3,
+                    c4 + 3,
+                    c4 + 3,
+                    c4 + 3,
+                    c4 + 3,
+                    c4 + 3,
+                    c4 + 3,
+                    c4 + 3,
+                    c4 + 3,
+                    c4 + 3,
+                    c4 + 2,
+                    c4 + 2,
+                    c4 + 2,
+                    c4 + 2,
+                    c4 + 2,
+                    c4 + 2,
+                    c4 + 2,
+                    c4 + 2,
+                    c4 + 2,
+                    c4 + 2,
+                    c4 + 2,
+                    c4 + 2,
+                    c4 + 2,
+                    c4 + 2,
+                    c4 + 2,
+                    c4 + 2,
+                    c4 + 1,
+                    c4 + 1,
+                    c4 + 1,
+                    c4 + 1,
+                    c4 + 1,
+                    c4 + 1,
+                    c4 + 1,
+                    c4 + 1,
+                    c4 + 1,
+                    c4 + 1,
+                    c4 + 1,
+                    c4 + 1,
+                    c4 + 1,
+                    c4 + 1,
+                    c4 + 1,
+                    c4 + 1,
+                    c4,
+                    c4,
+                    c4,
+                    c4,
+                    c4,
+                    c4,
+                    c4,
+                    c4,
+                    c4,
+                    c4,
+                    c4,
+                    c4,
+                    c4,
+                    c4,
+                    c4,
+                    c4,
+                );
+                let (s1, s2) = (_mm512_shuffle_epi8(sc, idx), _mm512_shuffle_epi8(sc2, idx));
+                let k1 = _mm512_test_epi8_mask(v[c], _mm512_set1_epi8(1));
+                let k2 = _mm512_test_epi8_mask(v[c], _mm512_set1_epi8(2));
+                *sv = _mm512_add_epi8(_mm512_maskz_mov_epi8(k1, s1), _mm512_maskz_mov_epi8(k2, s2));
+            }
+        }
+        for r in 0..4 {
+            let bx = &x[r][b * Q8K..(b + 1) * Q8K];
+            let dx = f32::from_le_bytes([bx[0], bx[1], bx[2], bx[3]]);
+            if Q3 {
+                let mut f = _mm512_setzero_ps();
+                for c in 0..4 {
+                    // SAFETY: 64 activation quants of elements 64c ...
+                    let xv = unsafe { _mm512_loadu_si512(bx.as_ptr().add(4 + 64 * c) as *const _) };
+                    let p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v[c], xv);
+                    f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), lane_scales[c], f);
+                }
+                acc[r] = _mm512_fmadd_ps(f, _mm512_set1_ps(dx), acc[r]);
+            } else {
+                let mut p = _mm512_setzero_si512();
+                for (c, sv) in scaled.iter().enumerate() {
+                    // SAFETY: 64 activation quants of elements 64c ...
+                    let xv = unsafe { _mm512_loadu_si512(bx.as_ptr().add(4 + 64 * c) as *const _) };
+                    p = _mm512_dpbusd_epi32(p, *sv, xv);
+                }
+                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_set1_ps(u.d * dx), acc[r]);
+            }
+            // SAFETY: `bx` is a whole Q8_K block.
+            let sums = _mm256_madd_epi16(u.sums_by, unsafe { bsums(bx) });
+            let dm = if Q3 { u.d * dx } else { u.dmin * dx };
+            acc_sums[r] =
+                _mm256_fmadd_ps(_mm256_set1_ps(dm), _mm256_cvtepi32_ps(sums), acc_sums[r]);
+        }
+    }
+    let mut out = [0.0f32; 4];
+    for (r, o) in out.iter_mut().enumerate() {
+        *o = _mm512_reduce_add_ps(acc[r]) - hsum(acc_sums[r]);
+    }
+    out
+}
+
 /// Sum of the eight f32 lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -39,11 +356,48 @@ fn hsum(v: __m256) -> f32 {
     _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)))
 }
 
-/// Lanes 0-7 `a`, lanes 8-15 `b` (the scales of two sub-blocks).
+/// `_mm256_shuffle_epi8` masks that, from eight i16 scales repeated in
+/// both 128-bit lanes, give lanes 0-7 scale `2s` and lanes 8-15 scale
+/// `2s + 1`: the two sub-blocks of shift `s`.
+const PAIR: [[u8; 32]; 4] = {
+    let mut m = [[0u8; 32]; 4];
+    let mut s = 0;
+    while s < 4 {
+        let mut i = 0;
+        while i < 16 {
+            m[s][i] = (4 * s + i % 2) as u8;
+            m[s][16 + i] = (4 * s + 2 + i % 2) as u8;
+            i += 1;
+        }
+        s += 1;
+    }
+    m
+};
+
+/// The sixteen i16 of `v16` as two vectors, each one half's eight scales
+/// repeated in both 128-bit lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn pair(a: i16, b: i16) -> __m256i {
-    _mm256_setr_epi16(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b)
+fn halves(v16: __m256i) -> [__m256i; 2] {
+    let (lo, hi) = (
+        _mm256_castsi256_si128(v16),
+        _mm256_extracti128_si256(v16, 1),
+    );
+    [
+        _mm256_inserti128_si256(_mm256_castsi128_si256(lo), lo, 1),
+        _mm256_inserti128_si256(_mm256_castsi128_si256(hi), hi, 1),
+    ]
+}
+
+/// The block's 16 i16 activation sums (Q8_K `bsums`).
+///
+/// # Safety
+/// `bx` is a whole Q8_K block; AVX2 is available.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn bsums(bx: &[u8]) -> __m256i {
+    // SAFETY: the 32 bytes after `d` and the 256 quants.
+    unsafe { _mm256_loadu_si256(bx.as_ptr().add(4 + 256) as *const __m256i) }
 }
 
 /// # Safety
@@ -52,33 +406,46 @@ fn pair(a: i16, b: i16) -> __m256i {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_q2_k_impl(w: &[u8], x: &[u8]) -> f32 {
     let m3 = _mm256_set1_epi8(3);
+    let m4 = _mm_set1_epi8(0xf);
     let mut acc = _mm256_setzero_ps();
-    let mut acc_min = 0.0f32;
     for (bw, bx) in w.chunks_exact(Q2_K_BYTES).zip(x.chunks_exact(Q8K)) {
-        let (dx, q8, bsums) = q8k_parts(bx);
-        let scales = &bw[..16];
-        let mins: i32 = (0..16).map(|j| (scales[j] >> 4) as i32 * bsums[j]).sum();
+        let dx = f32::from_le_bytes([bx[0], bx[1], bx[2], bx[3]]);
+        let q8 = &bx[4..];
+        // SAFETY: the block's 16 scale bytes.
+        let sc8 = unsafe { _mm_loadu_si128(bw.as_ptr() as *const __m128i) };
+        let scales = halves(_mm256_cvtepu8_epi16(_mm_and_si128(sc8, m4)));
+        let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), m4));
+        // SAFETY: `bx` is a whole Q8_K block.
+        let summ = _mm256_madd_epi16(mins, unsafe { bsums(bx) });
         let mut sumi = _mm256_setzero_si256();
         for h in 0..2 {
             // SAFETY: 32 of the block's 64 `qs` bytes.
             let q = unsafe { _mm256_loadu_si256(bw.as_ptr().add(16 + 32 * h) as *const __m256i) };
-            for s in 0..4 {
-                let v = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * s as i32)), m3);
-                // SAFETY: 32 activation quants of elements 128h + 32s ...
-                let xv = unsafe {
-                    _mm256_loadu_si256(q8.as_ptr().add(128 * h + 32 * s) as *const __m256i)
+            let v = [
+                _mm256_and_si256(q, m3),
+                _mm256_and_si256(_mm256_srli_epi16(q, 2), m3),
+                _mm256_and_si256(_mm256_srli_epi16(q, 4), m3),
+                _mm256_and_si256(_mm256_srli_epi16(q, 6), m3),
+            ];
+            for (s, vs) in v.iter().enumerate() {
+                // SAFETY: 32 activation quants of elements 128h + 32s ...; the mask's 32 bytes.
+                let (xv, mask) = unsafe {
+                    (
+                        _mm256_loadu_si256(q8.as_ptr().add(128 * h + 32 * s) as *const __m256i),
+                        _mm256_loadu_si256(PAIR[s].as_ptr() as *const __m256i),
+                    )
                 };
-                let g = 8 * h + 2 * s;
-                let sc = pair((scales[g] & 0xf) as i16, (scales[g + 1] & 0xf) as i16);
-                let prod = _mm256_maddubs_epi16(v, xv);
+                let prod = _mm256_maddubs_epi16(*vs, xv);
+                let sc = _mm256_shuffle_epi8(scales[h], mask);
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(prod, sc));
             }
         }
         let d = read_f16(&bw[80..82]) * dx;
+        let dmin = read_f16(&bw[82..84]) * dx;
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-        acc_min += read_f16(&bw[82..84]) * dx * mins as f32;
+        acc = _mm256_fnmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(summ), acc);
     }
-    hsum(acc) - acc_min
+    hsum(acc)
 }
 
 /// # Safety
@@ -89,10 +456,12 @@ unsafe fn dot_q3_k_impl(w: &[u8], x: &[u8]) -> f32 {
     let (m3, one) = (_mm256_set1_epi8(3), _mm256_set1_epi8(1));
     let mut acc = _mm256_setzero_ps();
     for (bw, bx) in w.chunks_exact(Q3_K_BYTES).zip(x.chunks_exact(Q8K)) {
-        let (dx, q8, bsums) = q8k_parts(bx);
+        let dx = f32::from_le_bytes([bx[0], bx[1], bx[2], bx[3]]);
+        let q8 = &bx[4..];
         let sc = q3_scales(&bw[96..108]);
-        // sum((q3u - 4) * q8) = sum(q3u * q8) - 4 * sum(q8).
-        let offset: i32 = (0..16).map(|j| sc[j] as i32 * 4 * bsums[j]).sum();
+        // SAFETY: `sc` holds 16 i8.
+        let sc16 = _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(sc.as_ptr() as *const __m128i) });
+        let scales = halves(sc16);
         // SAFETY: the block's 32 `hmask` bytes.
         let hm = unsafe { _mm256_loadu_si256(bw.as_ptr() as *const __m256i) };
         let mut sumi = _mm256_setzero_si256();
@@ -100,28 +469,31 @@ unsafe fn dot_q3_k_impl(w: &[u8], x: &[u8]) -> f32 {
             // SAFETY: 32 of the block's 64 `qs` bytes.
             let q = unsafe { _mm256_loadu_si256(bw.as_ptr().add(32 + 32 * h) as *const __m256i) };
             for s in 0..4 {
-                let low =
-                    _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * s as i32)), m3);
-                let bit = _mm256_and_si256(
+                let sh = _mm_cvtsi32_si128(2 * s as i32);
+                let low = _mm256_and_si256(_mm256_srl_epi16(q, sh), m3);
+                // 4 where the high bit is clear: (low + 4 * bit) - 4 = low - this.
+                let clear = _mm256_andnot_si256(
                     _mm256_srl_epi16(hm, _mm_cvtsi32_si128((4 * h + s) as i32)),
                     one,
                 );
-                let v = _mm256_or_si256(low, _mm256_slli_epi16(bit, 2));
-                // SAFETY: 32 activation quants of elements 128h + 32s ...
-                let xv = unsafe {
-                    _mm256_loadu_si256(q8.as_ptr().add(128 * h + 32 * s) as *const __m256i)
+                let four = _mm256_slli_epi16(clear, 2);
+                // SAFETY: 32 activation quants of elements 128h + 32s ...; the mask's 32 bytes.
+                let (xv, mask) = unsafe {
+                    (
+                        _mm256_loadu_si256(q8.as_ptr().add(128 * h + 32 * s) as *const __m256i),
+                        _mm256_loadu_si256(PAIR[s].as_ptr() as *const __m256i),
+                    )
                 };
-                let g = 8 * h + 2 * s;
-                let prod = _mm256_maddubs_epi16(v, xv);
-                sumi = _mm256_add_epi32(
-                    sumi,
-                    _mm256_madd_epi16(prod, pair(sc[g] as i16, sc[g + 1] as i16)),
+                let prod = _mm256_sub_epi16(
+                    _mm256_maddubs_epi16(low, xv),
+                    _mm256_maddubs_epi16(four, xv),
                 );
+                let scv = _mm256_shuffle_epi8(scales[h], mask);
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(prod, scv));
             }
         }
         let d = read_f16(&bw[108..110]) * dx;
-        let total = _mm256_sub_epi32(sumi, _mm256_setr_epi32(offset, 0, 0, 0, 0, 0, 0, 0));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(total), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
     hsum(acc)
 }
