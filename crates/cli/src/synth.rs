@@ -21,8 +21,8 @@ pub struct Args {
     /// experts, 8 active: ~1.2 GB as Q4_0; --arch qwen3moe only).
     #[arg(long, default_value = "tiny")]
     shape: String,
-    /// Weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k,
-    /// iq4_nl, iq4_xs.
+    /// Weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k,
+    /// q4_k, q5_k, q6_k, iq4_nl, iq4_xs.
     #[arg(long = "type", default_value = "q8_0")]
     ty: String,
     /// Architecture: llama, qwen2 (QKV biases, NeoX RoPE), qwen3 (Q/K
