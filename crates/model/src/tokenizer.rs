@@ -45,8 +45,8 @@ pub struct Tokenizer {
     /// GGUF only: whether the BPE model sees raw fragments (HF handles its own).
     gguf: bool,
     add_space_prefix: bool,
-    /// Specials split out of text: (text, id, is control), longest first.
-    specials: Vec<(String, u32, bool)>,
+    /// Specials split out of text, longest first.
+    specials: Vec<Special>,
     pieces: Vec<Vec<u8>>,
     pub bos: Option<u32>,
     pub eos: Vec<u32>,
@@ -260,7 +260,16 @@ impl Tokenizer {
                 (_, Kind::ByteLevel) => byte_level_bytes(t, &inverse),
             })
             .collect();
-        let mut specials: Vec<(String, u32, bool)> = tokens
+        // llama.cpp gives Phi-3's special tokens (but these three) the
+        // RSTRIP attribute when the model's name says Phi-3, as its
+        // tokenizer_config.json does; GGUF carries no attributes.
+        let name = h
+            .get("general.name")
+            .and_then(|v| v.as_str())
+            .unwrap_or("")
+            .to_lowercase();
+        let phi3 = name.contains("phi-3") || name.contains("phi3");
+        let mut specials: Vec<Special> = tokens
             .iter()
             .zip(&types)
             .enumerate()
@@ -271,9 +280,14 @@ impl Tokenizer {
                         token_type::CONTROL | token_type::USER_DEFINED | token_type::UNKNOWN
                     )
             })
-            .map(|(i, (t, &ty))| (t.clone(), i as u32, ty != token_type::USER_DEFINED))
+            .map(|(i, (t, &ty))| Special {
+                text: t.clone(),
+                id: i as u32,
+                control: ty != token_type::USER_DEFINED,
+                rstrip: phi3 && !matches!(t.as_str(), "<unk>" | "<s>" | "<|endoftext|>"),
+            })
             .collect();
-        specials.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.1.cmp(&b.1)));
+        specials.sort_by(|a, b| b.text.len().cmp(&a.text.len()).then(a.id.cmp(&b.id)));
         let bos = id_key("tokenizer.ggml.bos_token_id");
         let mut eos: Vec<u32> = [
             "tokenizer.ggml.eos_token_id",
@@ -492,20 +506,25 @@ impl Tokenizer {
         } else {
             vec![Fragment::Text(text)]
         };
-        for (sp, id, control) in &self.specials {
-            if *control && !parse_special {
+        for sp in &self.specials {
+            if sp.control && !parse_special {
                 continue;
             }
             let mut next = Vec::with_capacity(frags.len());
             for f in frags {
                 match f {
                     Fragment::Text(mut t) => {
-                        while let Some(i) = t.find(sp.as_str()) {
+                        while let Some(i) = t.find(sp.text.as_str()) {
                             if i > 0 {
                                 next.push(Fragment::Text(&t[..i]));
                             }
-                            next.push(Fragment::Token(*id));
-                            t = &t[i + sp.len()..];
+                            next.push(Fragment::Token(sp.id));
+                            t = &t[i + sp.text.len()..];
+                            if sp.rstrip {
+                                t = t.trim_start_matches(|c: char| {
+                                    c.is_ascii_whitespace() || c == '\x0b'
+                                });
+                            }
                         }
                         if !t.is_empty() {
                             next.push(Fragment::Text(t));
@@ -528,6 +547,17 @@ impl Tokenizer {
             .collect();
         String::from_utf8_lossy(&bytes).into_owned()
     }
+}
+
+/// A token split out of text before BPE (llama.cpp's partition).
+struct Special {
+    text: String,
+    id: u32,
+    /// Control tokens are split out only when special text is parsed.
+    control: bool,
+    /// Whitespace right after the token is dropped (llama.cpp's RSTRIP
+    /// attribute, which it gives Phi-3's special tokens).
+    rstrip: bool,
 }
 
 enum Fragment<'t> {

@@ -112,10 +112,22 @@ fn every_llama_cpp_vocabulary_file_reproduces_its_vectors() {
         let f = GgufFile::open(&dir.join(format!("ggml-vocab-{name}.gguf"))).unwrap();
         let tok = Tokenizer::from_gguf(&f.header, &f.name);
         match (tok, UNSUPPORTED_VOCABS.contains(&name.as_str())) {
-            (Ok(t), false) => match vectors_match(&dir, name, &t) {
-                Ok(n) => eprintln!("{name}: {n} cases"),
-                Err(e) => failures.push(e),
-            },
+            (Ok(t), false) => {
+                match vectors_match(&dir, name, &t) {
+                    Ok(n) => eprintln!("{name}: {n} cases"),
+                    Err(e) => failures.push(e),
+                }
+                // llama.cpp's Phi-3 special tokens swallow the whitespace
+                // after them (`llama-tokenize -m ggml-vocab-phi-3.gguf`).
+                if name == "phi-3" {
+                    let got = t
+                        .encode("<|user|>\nHi there<|end|>\n<|assistant|>\n", true, true)
+                        .unwrap();
+                    if got != [1, 32010, 6324, 727, 32007, 32001] {
+                        failures.push(format!("phi-3 chat prompt: {got:?}"));
+                    }
+                }
+            }
             (Err(e), true) => assert!(e.to_string().contains("not supported"), "{name}: {e}"),
             (Ok(_), true) => failures.push(format!("{name}: expected to be refused")),
             (Err(e), false) => failures.push(format!("{name}: {e}")),
@@ -182,4 +194,36 @@ fn streaming_detokenization_handles_byte_fallback_and_space_marker() {
     }
     streamed.push_str(&d.flush());
     assert_eq!(streamed, format!(" {text}"));
+}
+
+/// A vocabulary whose model name says Phi-3 gets llama.cpp's RSTRIP on its
+/// special tokens (whitespace after them dropped); others keep it.
+#[test]
+fn phi3_special_tokens_swallow_following_whitespace() {
+    use crate::gguf::{GgufWriter, Value};
+    let f = GgufFile::open(&testdata().join("tokenizer/ggml-vocab-llama-spm.gguf")).unwrap();
+    let with_name = |name: &str| {
+        let mut w = GgufWriter::new();
+        w.kv("general.name", Value::String(name.into()));
+        for (k, v) in &f.header.metadata {
+            if k.starts_with("tokenizer.") {
+                w.kv(k, v.clone());
+            }
+        }
+        let mut bytes = Vec::new();
+        w.write_to(&mut bytes).unwrap();
+        let g = GgufFile::from_bytes("v.gguf", bytes).unwrap();
+        Tokenizer::from_gguf(&g.header, &g.name).unwrap()
+    };
+    let (phi, plain) = (with_name("Phi-3 mini"), with_name("TinyLlama"));
+    let text = "Hi</s>\n  there";
+    let a = phi.encode(text, false, true).unwrap();
+    let b = plain.encode(text, false, true).unwrap();
+    assert_eq!(a, phi.encode("Hi</s>there", false, true).unwrap());
+    assert_ne!(a, b, "whitespace kept without the Phi-3 name");
+    // <s> keeps what follows, as in llama.cpp.
+    assert_eq!(
+        phi.encode("<s> x", false, true).unwrap(),
+        plain.encode("<s> x", false, true).unwrap()
+    );
 }
