@@ -35,6 +35,11 @@ pub struct Args {
     /// System message for --chat.
     #[arg(long)]
     system: Option<String>,
+    /// Extra chat-template variables for --chat, a JSON object, as a
+    /// request's `chat_template_kwargs` (e.g. '{"enable_thinking": false}'
+    /// for Qwen3).
+    #[arg(long, value_name = "JSON")]
+    chat_template_kwargs: Option<String>,
     /// Tokens to generate at most.
     #[arg(long, short = 'n', default_value_t = 128)]
     max_tokens: usize,
@@ -105,13 +110,16 @@ pub fn main(a: Args) -> Result<()> {
             msgs.push(Message::new("system", s));
         }
         msgs.push(Message::new("user", &a.prompt));
-        prompt::chat_tokens(
-            &template,
-            &tok,
-            &msgs,
-            Ending::Generate,
-            &Default::default(),
-        )?
+        let vars = match &a.chat_template_kwargs {
+            None => Default::default(),
+            Some(j) => match serde_json::from_str::<serde_json::Value>(j)
+                .context("--chat-template-kwargs is not JSON")?
+            {
+                serde_json::Value::Object(m) => m,
+                _ => anyhow::bail!("--chat-template-kwargs must be a JSON object"),
+            },
+        };
+        prompt::chat_tokens(&template, &tok, &msgs, Ending::Generate, &vars)?
     } else {
         prompt::text_tokens(&tok, &a.prompt)?
     };

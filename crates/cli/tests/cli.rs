@@ -242,3 +242,33 @@ fn piped_chat_without_a_server_fails_and_tokenize_needs_no_model() {
         "{out}"
     );
 }
+
+#[test]
+fn chat_template_kwargs_must_be_a_json_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(&dir);
+    let run = |kwargs: &str| {
+        hasten(&[
+            "run",
+            "--model",
+            &model,
+            "--chat",
+            "-p",
+            "Hi",
+            "-n",
+            "2",
+            "-t",
+            "1",
+            "--chat-template-kwargs",
+            kwargs,
+        ])
+    };
+    let ok = run(r#"{"enable_thinking": false}"#);
+    assert!(ok.status.success(), "{}", stderr(&ok));
+    for (bad, what) in [("[1]", "must be a JSON object"), ("{", "is not JSON")] {
+        let o = run(bad);
+        assert!(!o.status.success());
+        assert!(stderr(&o).contains(what), "{bad}: {}", stderr(&o));
+        assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
+    }
+}
