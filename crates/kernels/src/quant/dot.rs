@@ -119,13 +119,7 @@ pub const Q8_K_BYTES: usize = 4 + QK_K + 32;
 /// hold the sums of each 16 quants, used to apply k-quant minimums.
 pub fn quantize_q8_k_act(x: &[f32], out: &mut [u8]) {
     for (xb, ob) in x.chunks_exact(QK_K).zip(out.chunks_exact_mut(Q8_K_BYTES)) {
-        let (mut max, mut amax) = (0.0f32, 0.0f32);
-        for &v in xb {
-            if v.abs() > amax {
-                amax = v.abs();
-                max = v;
-            }
-        }
+        let (max, amax) = super::signed_absmax(xb);
         if amax == 0.0 {
             ob.fill(0);
             continue;

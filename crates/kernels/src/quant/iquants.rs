@@ -78,13 +78,7 @@ fn fit(x: &[f32], id: f32) -> (f32, f32) {
 /// scales around it are tried; with `tries <= 0` (IQ4_NL's reference
 /// quantizer) the first guess maps it the other way and is kept.
 fn block_scale(x: &[f32], tries: i32) -> (f32, [u8; QK]) {
-    let (mut amax, mut max) = (0.0f32, 0.0f32);
-    for &v in x {
-        if v.abs() > amax {
-            amax = v.abs();
-            max = v;
-        }
-    }
+    let (max, amax) = super::signed_absmax(x);
     if amax < GROUP_MAX_EPS {
         return (0.0, [0; QK]);
     }

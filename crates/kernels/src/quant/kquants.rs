@@ -124,13 +124,7 @@ pub(super) fn make_qkx2_quants(
 /// ggml's `make_qx_quants` with `rmse_type = 1` and no importance weights:
 /// a symmetric search for the scale of an `nmax`-level quantization.
 fn make_qx_quants_rmse1(nmax: i32, x: &[f32], l_out: &mut [i8]) -> f32 {
-    let (mut max, mut amax) = (0.0f32, 0.0f32);
-    for &v in x {
-        if v.abs() > amax {
-            amax = v.abs();
-            max = v;
-        }
-    }
+    let (max, amax) = super::signed_absmax(x);
     if amax < GROUP_MAX_EPS {
         l_out.fill(0);
         return 0.0;

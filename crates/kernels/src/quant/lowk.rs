@@ -166,13 +166,7 @@ pub fn quantize_q2_k(src: &[f32], dst: &mut [u8]) {
 /// quantization refined element by element. Levels are written offset by
 /// `nmax`; returns the scale.
 fn make_q3_quants(nmax: i32, x: &[f32], l: &mut [i8]) -> f32 {
-    let (mut max, mut amax) = (0.0f32, 0.0f32);
-    for &v in x {
-        if v.abs() > amax {
-            amax = v.abs();
-            max = v;
-        }
-    }
+    let (max, amax) = super::signed_absmax(x);
     if amax < GROUP_MAX_EPS {
         l[..x.len()].fill(0);
         return 0.0;

@@ -290,6 +290,20 @@ pub(crate) fn write_f16(b: &mut [u8], x: f32) {
     b[..2].copy_from_slice(&f16::from_f32(x).to_le_bytes());
 }
 
+/// The value of largest magnitude (the first, on ties) and that magnitude:
+/// the loop that opens every ggml quantizer (`max`, `amax`).
+#[inline]
+pub(crate) fn signed_absmax(x: &[f32]) -> (f32, f32) {
+    let (mut max, mut amax) = (0.0f32, 0.0f32);
+    for &v in x {
+        if v.abs() > amax {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    (max, amax)
+}
+
 /// ggml's `nearest_int`: round half to even through the float mantissa.
 /// Valid for |x| <= 4194303, like the original.
 #[inline]
