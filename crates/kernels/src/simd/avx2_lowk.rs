@@ -31,22 +31,25 @@ pub fn dot_q3_k_q8_k(w: &[u8], x: &[u8]) -> f32 {
     unsafe { dot_q3_k_impl(&w[..n * Q3_K_BYTES], &x[..n * Q8K]) }
 }
 
+/// `w` and each row of `x` cut to the blocks all of them have whole
+/// (`wb` bytes per weight block, a Q8_K block per activation block).
+fn whole_blocks<'a>(w: &'a [u8], x: [&'a [u8]; 4], wb: usize) -> (&'a [u8], [&'a [u8]; 4]) {
+    let n = x.iter().fold(w.len() / wb, |n, r| n.min(r.len() / Q8K));
+    (&w[..n * wb], x.map(|r| &r[..n * Q8K]))
+}
+
 /// Q2_K · four Q8_K rows, each weight block unpacked once.
 pub fn dot4_q2_k_q8_k(w: &[u8], x: [&[u8]; 4]) -> [f32; 4] {
-    let n = x
-        .iter()
-        .fold(w.len() / Q2_K_BYTES, |n, r| n.min(r.len() / Q8K));
-    // SAFETY: features detected by the kernel table; `n` whole blocks of each.
-    unsafe { dot4_impl::<false>(&w[..n * Q2_K_BYTES], x.map(|r| &r[..n * Q8K])) }
+    let (w, x) = whole_blocks(w, x, Q2_K_BYTES);
+    // SAFETY: features detected by the kernel table; whole blocks of each.
+    unsafe { dot4_impl::<false>(w, x) }
 }
 
 /// Q3_K · four Q8_K rows, each weight block unpacked once.
 pub fn dot4_q3_k_q8_k(w: &[u8], x: [&[u8]; 4]) -> [f32; 4] {
-    let n = x
-        .iter()
-        .fold(w.len() / Q3_K_BYTES, |n, r| n.min(r.len() / Q8K));
-    // SAFETY: features detected by the kernel table; `n` whole blocks of each.
-    unsafe { dot4_impl::<true>(&w[..n * Q3_K_BYTES], x.map(|r| &r[..n * Q8K])) }
+    let (w, x) = whole_blocks(w, x, Q3_K_BYTES);
+    // SAFETY: features detected by the kernel table; whole blocks of each.
+    unsafe { dot4_impl::<true>(w, x) }
 }
 
 /// One weight block of either type, unpacked: the eight 32-value vectors
@@ -169,21 +172,17 @@ unsafe fn dot4_impl<const Q3: bool>(w: &[u8], x: [&[u8]; 4]) -> [f32; 4] {
 /// products per i32 lane over 64 values at a time, and each lane's
 /// sub-block scale is applied in f32.
 pub fn dot4_q2_k_q8_k_vnni(w: &[u8], x: [&[u8]; 4]) -> [f32; 4] {
-    let n = x
-        .iter()
-        .fold(w.len() / Q2_K_BYTES, |n, r| n.min(r.len() / Q8K));
+    let (w, x) = whole_blocks(w, x, Q2_K_BYTES);
     // SAFETY: handed out by the kernel table only after AVX-512 F/BW/VL/VNNI
-    // were detected; `n` whole blocks of each.
-    unsafe { dot4_vnni::<false>(&w[..n * Q2_K_BYTES], x.map(|r| &r[..n * Q8K])) }
+    // were detected; whole blocks of each.
+    unsafe { dot4_vnni::<false>(w, x) }
 }
 
 /// The AVX-512 VNNI tier's [`dot4_q3_k_q8_k`].
 pub fn dot4_q3_k_q8_k_vnni(w: &[u8], x: [&[u8]; 4]) -> [f32; 4] {
-    let n = x
-        .iter()
-        .fold(w.len() / Q3_K_BYTES, |n, r| n.min(r.len() / Q8K));
+    let (w, x) = whole_blocks(w, x, Q3_K_BYTES);
     // SAFETY: as in `dot4_q2_k_q8_k_vnni`.
-    unsafe { dot4_vnni::<true>(&w[..n * Q3_K_BYTES], x.map(|r| &r[..n * Q8K])) }
+    unsafe { dot4_vnni::<true>(w, x) }
 }
 
 /// # Safety
