@@ -22,7 +22,8 @@ pub struct Args {
     /// model built into hasten).
     #[arg(long)]
     model: Option<PathBuf>,
-    /// The prompt text (required unless --random-prompt is given).
+    /// The prompt text; without it (and without --random-prompt) generation
+    /// starts from the BOS token alone, as llama.cpp does.
     #[arg(long, short, default_value = "")]
     prompt: String,
     /// Benchmark mode: use N seeded random token ids as the prompt instead
@@ -92,9 +93,6 @@ pub struct Args {
 
 pub fn main(a: Args) -> Result<()> {
     let threads = crate::threads(a.threads)?;
-    if a.prompt.is_empty() && a.random_prompt.is_none() {
-        anyhow::bail!("no prompt: give --prompt TEXT (or --random-prompt N)");
-    }
     let t_load = Instant::now();
     let (path, _) = crate::models::resolve(a.model.as_deref())?;
     let lm = load(&path).context("loading the model")?;
@@ -125,7 +123,9 @@ pub fn main(a: Args) -> Result<()> {
     };
     let ctx = model.config.context_length;
     if prompt.is_empty() {
-        bail!("the prompt is empty after tokenization");
+        // No --prompt: as llama.cpp, generate from the BOS token alone;
+        // a model without one has nothing to start from.
+        bail!("no prompt, and the model adds no BOS token to start from: give --prompt TEXT (or --random-prompt N)");
     }
     if prompt.len() >= ctx {
         bail!(

@@ -51,6 +51,28 @@ fn run_streams_text_and_reports_stats() {
     assert_ne!(run("8").stdout, o.stdout);
 }
 
+/// Without a prompt, `run` starts from the BOS token alone (llama.cpp's
+/// empty prompt), so `hasten run --model F -n 4` works as a smoke test.
+#[test]
+fn run_without_a_prompt_starts_from_bos() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(&dir);
+    let o = hasten(&[
+        "run",
+        "--model",
+        &model,
+        "-n",
+        "4",
+        "--ignore-eos",
+        "--json-stats",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    let stats: serde_json::Value = serde_json::from_str(err.lines().last().unwrap()).unwrap();
+    assert_eq!(stats["prompt_tokens"], 1);
+    assert_eq!(stats["generated_tokens"], 4);
+}
+
 #[test]
 fn chat_mode_and_greedy_run() {
     let dir = tempfile::tempdir().unwrap();
@@ -177,7 +199,6 @@ fn bad_input_is_a_clear_error() {
             ],
             "--max-batch-tokens must be at least 1",
         ),
-        (vec!["run", "--model", &model], "no prompt"),
         (
             vec!["serve", "--model", "/nonexistent/model.gguf", "--port", "0"],
             "No such file",
