@@ -4,7 +4,8 @@
 Renders every template in $HASTEN_TESTDATA/chat-templates (default
 the repository's testdata/) and in crates/model/tests/chat-templates
 (more of llama.cpp's models/templates: Qwen3, Phi-3.5, Granite 3.3, Llama
-3.2, DeepSeek-R1) with Python jinja2 the way Hugging Face transformers'
+3.2, DeepSeek-R1; and the models' own Gemma 3 and Phi-4-mini templates,
+see that folder's SOURCES.md) with Python jinja2 the way Hugging Face transformers'
 `apply_chat_template` does (sandboxed environment, trim_blocks,
 lstrip_blocks, loop controls, `raise_exception`, `strftime_now`, a `tojson`
 that keeps non-ASCII) over a few conversations, and records the text or the
@@ -38,6 +39,11 @@ CONVERSATIONS = [
         {"role": "user", "content": "  Spaces around  "},
         {"role": "assistant", "content": "Noted.\nTwo lines."},
     ], False),
+    # Templates that check turn order (Gemma 3, Mistral) raise here.
+    ("two user turns in a row", [
+        {"role": "user", "content": "First."},
+        {"role": "user", "content": "Second."},
+    ], True),
 ]
 # chat_template_kwargs cases: (label, messages, add_generation_prompt, kwargs).
 KWARG_CASES = [
