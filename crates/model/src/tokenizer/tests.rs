@@ -57,9 +57,10 @@ fn vectors_match(
         if got != want {
             failures.push(format!("{text:?}\n  want {want:?}\n  got  {got:?}"));
         }
-        // Decoding the ids gives the text back (SentencePiece adds one leading space).
+        // Decoding the ids gives the text back (SentencePiece adds one
+        // leading space, unless the vocabulary says not to, as Gemma's).
         let dec = tok.decode(&got);
-        let dec = if tok.kind() == Kind::SentencePiece {
+        let dec = if tok.kind() == Kind::SentencePiece && tok.add_space_prefix {
             dec.strip_prefix(' ').unwrap_or(&dec).to_owned()
         } else {
             dec
@@ -107,6 +108,8 @@ fn every_llama_cpp_vocabulary_file_reproduces_its_vectors() {
     names.sort();
     // (aquila, baichuan, gpt-neox and nomic-bert-moe ship no vectors.)
     assert!(names.len() >= 14, "only {names:?} in {}", dir.display());
+    // Gemma 3's, converted from its tokenizer.json by fetch-testdata.sh.
+    assert!(names.iter().any(|n| n == "gemma-3"), "{names:?}");
     let mut failures = Vec::new();
     for name in &names {
         let f = GgufFile::open(&dir.join(format!("ggml-vocab-{name}.gguf"))).unwrap();
@@ -119,6 +122,9 @@ fn every_llama_cpp_vocabulary_file_reproduces_its_vectors() {
                 }
                 // llama.cpp's Phi-3 special tokens swallow the whitespace
                 // after them (`llama-tokenize -m ggml-vocab-phi-3.gguf`).
+                if name == "gemma-3" {
+                    failures.extend(gemma3_special_tokens(&t));
+                }
                 if name == "phi-3" {
                     let got = t
                         .encode("<|user|>\nHi there<|end|>\n<|assistant|>\n", true, true)
@@ -134,6 +140,28 @@ fn every_llama_cpp_vocabulary_file_reproduces_its_vectors() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// Gemma 3's chat and control tokens with special parsing on, against
+/// Hugging Face `tokenizers` (tools/goldens/gemma_vocab.py).
+fn gemma3_special_tokens(t: &Tokenizer) -> Vec<String> {
+    #[derive(serde::Deserialize)]
+    struct Case {
+        text: String,
+        ids: Vec<u32>,
+    }
+    let cases: Vec<Case> = serde_json::from_str(include_str!(
+        "../../tests/golden/gemma3_special_tokens.json"
+    ))
+    .unwrap();
+    assert!(t.add_bos && !t.add_space_prefix);
+    cases
+        .iter()
+        .filter_map(|c| {
+            let got = t.encode(&c.text, false, true).unwrap();
+            (got != c.ids).then(|| format!("gemma-3 {:?}: want {:?} got {got:?}", c.text, c.ids))
+        })
+        .collect()
 }
 
 #[test]
