@@ -9,10 +9,13 @@ use serde::Deserialize;
 impl Config {
     /// Resolves a Hugging Face `config.json`.
     pub fn from_hf_json(json: &str, file: &str) -> Result<Self> {
-        let c: HfConfig = serde_json::from_str(json).map_err(|e| Error::Config {
+        let bad = |what: String| Error::Config {
             file: file.to_owned(),
-            what: e.to_string(),
-        })?;
+            what,
+        };
+        let v: serde_json::Value = serde_json::from_str(json).map_err(|e| bad(e.to_string()))?;
+        let c: HfConfig =
+            serde_json::from_value(text_model_config(v)).map_err(|e| bad(e.to_string()))?;
         let arch_name = c
             .architectures
             .first()
@@ -131,6 +134,41 @@ impl Config {
         }
         .validate(file)
     }
+}
+
+/// The language model's part of a `config.json`. A multimodal checkpoint
+/// (`Gemma3ForConditionalGeneration`) keeps it under `text_config`, which
+/// names the text model by `model_type` (`gemma3_text`) and takes the
+/// top-level `tie_word_embeddings` and token ids where it has none. Keys a
+/// `gemma3_text` config leaves out get `transformers`' `Gemma3TextConfig`
+/// defaults (a Gemma 3 4B `text_config` gives only six keys).
+fn text_model_config(mut v: serde_json::Value) -> serde_json::Value {
+    if let Some(serde_json::Value::Object(mut text)) = v.get("text_config").cloned() {
+        for key in ["tie_word_embeddings", "bos_token_id", "eos_token_id"] {
+            if let Some(x) = v.get(key).filter(|_| !text.contains_key(key)) {
+                text.insert(key.to_owned(), x.clone());
+            }
+        }
+        // The text model is named by its model_type, not the wrapper class.
+        text.remove("architectures");
+        v = serde_json::Value::Object(text);
+    }
+    if v.get("model_type").and_then(|t| t.as_str()) == Some("gemma3_text") {
+        let defaults = serde_json::json!({
+            "vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216,
+            "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4,
+            "head_dim": 256, "max_position_embeddings": 131072, "rms_norm_eps": 1e-6,
+            "rope_theta": 1_000_000.0, "rope_local_base_freq": 10000.0,
+            "query_pre_attn_scalar": 256, "sliding_window": 4096,
+            "sliding_window_pattern": 6, "tie_word_embeddings": true,
+        });
+        if let (Some(obj), serde_json::Value::Object(d)) = (v.as_object_mut(), defaults) {
+            for (k, x) in d {
+                obj.entry(k).or_insert(x);
+            }
+        }
+    }
+    v
 }
 
 /// The sliding window of a `config.json`: Gemma's interleaved local
@@ -353,5 +391,42 @@ mod tests {
         };
         assert_eq!(c.moe, Some(want));
         assert_eq!(c.qk_norm, QkNorm::None);
+    }
+
+    /// Gemma 3 4B's `config.json` (multimodal): six text keys, the rest
+    /// from `Gemma3TextConfig`'s defaults.
+    #[test]
+    fn a_gemma3_multimodal_config_resolves_its_text_model() {
+        let json = r#"{"architectures": ["Gemma3ForConditionalGeneration"],
+            "model_type": "gemma3", "boi_token_index": 255999,
+            "eos_token_id": [1, 106], "image_token_index": 262144,
+            "text_config": {"hidden_size": 2560, "intermediate_size": 10240,
+                "model_type": "gemma3_text", "num_hidden_layers": 34,
+                "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+                "sliding_window": 1024},
+            "vision_config": {"hidden_size": 1152, "model_type": "siglip_vision_model"}}"#;
+        let c = Config::from_hf_json(json, "config.json").unwrap();
+        assert_eq!(c.arch, Arch::Gemma3);
+        assert_eq!((c.dim, c.ffn_dim, c.n_layers), (2560, 10240, 34));
+        assert_eq!((c.n_heads, c.n_kv_heads, c.head_dim), (8, 4, 256));
+        assert_eq!((c.vocab_size, c.context_length), (262208, 131072));
+        assert_eq!((c.rope_base, c.rope_freq_scale), (1e6, 0.125));
+        assert_eq!(c.scales.attention, Some(1.0 / 16.0));
+        let swa = c.swa.unwrap();
+        assert_eq!(
+            (swa.window, swa.rope_base, swa.rope_freq_scale),
+            (1024, 1e4, 1.0)
+        );
+        // Five local layers, then a global one.
+        assert_eq!(&swa.layers[..6], &[true, true, true, true, true, false]);
+        // A wrapper whose text model is unknown names that model.
+        let err = Config::from_hf_json(
+            r#"{"architectures": ["FooForConditionalGeneration"],
+                "text_config": {"model_type": "foo_text", "vocab_size": 10,
+                "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 1}}"#,
+            "config.json",
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("foo_text"), "{err}");
     }
 }

@@ -89,6 +89,32 @@ pub(crate) fn read_text(path: &Path) -> Result<String> {
     })
 }
 
+/// A multimodal checkpoint (Gemma 3's `Gemma3ForConditionalGeneration`,
+/// Mistral 3's, LLaVA's) nests its language model: its tensors are renamed
+/// to a text model's (`language_model.model.X` and, in newer
+/// `transformers`, `model.language_model.X` become `model.X`;
+/// `language_model.lm_head.X` becomes `lm_head.X`), and the vision tower's
+/// and projector's are skipped (`None`).
+fn text_model_name(name: &str) -> Option<String> {
+    const VISION: [&str; 4] = [
+        "vision_tower.",
+        "multi_modal_projector.",
+        "model.vision_tower.",
+        "model.multi_modal_projector.",
+    ];
+    if VISION.iter().any(|p| name.starts_with(p)) {
+        return None;
+    }
+    let renamed = [
+        ("language_model.model.", "model."),
+        ("model.language_model.", "model."),
+        ("language_model.lm_head.", "lm_head."),
+    ]
+    .iter()
+    .find_map(|(from, to)| name.strip_prefix(from).map(|rest| format!("{to}{rest}")));
+    Some(renamed.unwrap_or_else(|| name.to_owned()))
+}
+
 fn read_shard(path: &Path, out: &mut HashMap<String, Tensor>) -> Result<()> {
     let bytes = map_file(path)?;
     let data = bytes.as_slice();
@@ -96,6 +122,9 @@ fn read_shard(path: &Path, out: &mut HashMap<String, Tensor>) -> Result<()> {
         .map_err(|e| malformed(path, e.to_string()))?;
     let base = 8 + header_len;
     for (name, info) in meta.tensors() {
+        let Some(name) = text_model_name(&name) else {
+            continue;
+        };
         let ty = match info.dtype {
             Dtype::F32 => GgmlType::F32,
             Dtype::F16 => GgmlType::F16,

@@ -330,3 +330,60 @@ fn sharded_hf_checkpoint_loads_end_to_end() {
     };
     assert!(e.contains("model-00002-of-00002.safetensors"), "{e}");
 }
+
+/// A `Gemma3ForConditionalGeneration` checkpoint (the 4B-27B Gemma 3
+/// releases): the text model under `text_config` and
+/// `language_model.model.*` tensors (older `transformers`) or
+/// `model.language_model.*` (newer), beside a vision tower that is
+/// skipped. It gives the text-only checkpoint's logits.
+#[test]
+fn a_gemma3_multimodal_checkpoint_runs_its_language_model() {
+    let fx = small(GgmlType::F32, Arch::Gemma3);
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("plain");
+    fx.write_safetensors(&plain).unwrap();
+    let load = |d: &std::path::Path| {
+        let st = SafetensorsDir::open(d).unwrap();
+        let json = std::fs::read_to_string(d.join("config.json")).unwrap();
+        let c = Config::from_hf_json(&json, "config.json").unwrap();
+        Model::load(&st, c, Naming::HuggingFace).unwrap()
+    };
+    let t = Threads::new(2).unwrap();
+    let want = Session::new(&load(&plain), 64, t).feed(&PROMPT).unwrap();
+    let mut text: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(plain.join("config.json")).unwrap()).unwrap();
+    text["model_type"] = "gemma3_text".into();
+    let wrapped = serde_json::json!({
+        "architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+        "text_config": text, "vision_config": {"model_type": "siglip_vision_model"},
+    });
+    for prefix in ["language_model.model.", "model.language_model."] {
+        let mm = dir.path().join(prefix.replace('.', "_"));
+        std::fs::create_dir_all(&mm).unwrap();
+        std::fs::write(mm.join("config.json"), wrapped.to_string()).unwrap();
+        let vision = vec![0u8; 8];
+        let mut bytes: Vec<(String, Vec<usize>, Vec<u8>)> = fx
+            .hf_weights()
+            .into_iter()
+            .map(|(n, s, v)| {
+                let n = match n.strip_prefix("model.") {
+                    Some(rest) => format!("{prefix}{rest}"),
+                    None => format!("language_model.{n}"),
+                };
+                (n, s, v.iter().flat_map(|x| x.to_le_bytes()).collect())
+            })
+            .collect();
+        bytes.push(("vision_tower.patch_embed.weight".into(), vec![2], vision));
+        let views: Vec<_> = bytes
+            .iter()
+            .map(|(n, s, b)| {
+                let v = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b);
+                (n.clone(), v.unwrap())
+            })
+            .collect();
+        safetensors::tensor::serialize_to_file(views, &None, &mm.join("model.safetensors"))
+            .unwrap();
+        let got = Session::new(&load(&mm), 64, t).feed(&PROMPT).unwrap();
+        assert!(max_diff(&got, &want) < 1e-6, "{prefix}");
+    }
+}
