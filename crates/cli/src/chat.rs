@@ -20,6 +20,11 @@ pub struct Args {
     /// The system message.
     #[arg(long)]
     system: Option<String>,
+    /// Template variables sent with every request as
+    /// `chat_template_kwargs`, a JSON object (e.g. '{"enable_thinking":
+    /// false}' for Qwen3).
+    #[arg(long, value_name = "JSON")]
+    chat_template_kwargs: Option<String>,
 }
 
 const HELP: &str = "\
@@ -39,6 +44,10 @@ pub fn main(args: Args) -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    let kwargs = match &args.chat_template_kwargs {
+        Some(j) => Some(serde_json::Value::Object(crate::template_kwargs(j)?)),
+        None => None,
+    };
     let client = args.remote.client()?;
     let model = rt.block_on(args.remote.model(&client));
     let mut rl = rustyline::DefaultEditor::new().context("starting the line editor")?;
@@ -89,12 +98,15 @@ pub fn main(args: Args) -> Result<()> {
             messages.push(ChatMessage::new("system", s));
         }
         messages.extend(turns.iter().cloned());
-        let req = ChatCompletionRequest {
+        let mut req = ChatCompletionRequest {
             model: model.clone(),
             messages,
             sampling: args.gen.sampling(true),
             ..Default::default()
         };
+        if let Some(k) = &kwargs {
+            req.extra.insert("chat_template_kwargs".into(), k.clone());
+        }
         let (out, ended) = rt.block_on(answer(&client, req));
         println!();
         let text = out.text().to_string();

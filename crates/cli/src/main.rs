@@ -105,6 +105,19 @@ pub(crate) fn threads(n: usize) -> anyhow::Result<hasten_kernels::threads::Threa
     Ok(t)
 }
 
+/// `--chat-template-kwargs JSON` of `hasten run --chat` and `hasten chat`:
+/// a JSON object of template variables (a request's
+/// `chat_template_kwargs`).
+pub(crate) fn template_kwargs(
+    json: &str,
+) -> anyhow::Result<serde_json::Map<String, serde_json::Value>> {
+    use anyhow::Context;
+    match serde_json::from_str(json).context("--chat-template-kwargs is not JSON")? {
+        serde_json::Value::Object(m) => Ok(m),
+        _ => anyhow::bail!("--chat-template-kwargs must be a JSON object"),
+    }
+}
+
 #[cfg(test)]
 mod help_tests {
     use super::Cli;

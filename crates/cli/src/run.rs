@@ -110,12 +110,7 @@ pub fn main(a: Args) -> Result<()> {
         msgs.push(Message::new("user", &a.prompt));
         let vars = match &a.chat_template_kwargs {
             None => Default::default(),
-            Some(j) => match serde_json::from_str::<serde_json::Value>(j)
-                .context("--chat-template-kwargs is not JSON")?
-            {
-                serde_json::Value::Object(m) => m,
-                _ => anyhow::bail!("--chat-template-kwargs must be a JSON object"),
-            },
+            Some(j) => crate::template_kwargs(j)?,
         };
         prompt::chat_tokens(&template, &tok, &msgs, Ending::Generate, &vars)?
     } else {

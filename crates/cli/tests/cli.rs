@@ -292,4 +292,18 @@ fn chat_template_kwargs_must_be_a_json_object() {
         assert!(stderr(&o).contains(what), "{bad}: {}", stderr(&o));
         assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
     }
+    // `hasten chat` refuses it before connecting anywhere.
+    let o = hasten(&[
+        "chat",
+        "--url",
+        "http://127.0.0.1:9",
+        "--chat-template-kwargs",
+        "[1]",
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("must be a JSON object"),
+        "{}",
+        stderr(&o)
+    );
 }

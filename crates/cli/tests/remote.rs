@@ -148,7 +148,11 @@ fn hasten_chat_keeps_a_conversation_and_ctrl_c_stops_an_answer() {
     let server = Serve::start(&[]);
     // Two turns and the stats.
     let proxy = Proxy::start(&server.addr, Faults::default());
-    let mut s = chat(&proxy.url(), &["-n", "16"]);
+    let kwargs = r#"{"enable_thinking":false}"#;
+    let mut s = chat(
+        &proxy.url(),
+        &["-n", "16", "--chat-template-kwargs", kwargs],
+    );
     s.expect("> ").unwrap();
     s.send("Who made the heaven and the earth?\r").unwrap();
     let first = s.expect("> ").unwrap();
@@ -171,6 +175,7 @@ fn hasten_chat_keeps_a_conversation_and_ctrl_c_stops_an_answer() {
     assert_eq!(msgs.len(), 3, "the second turn carries the first: {msgs:?}");
     assert_eq!(msgs[1]["role"], "assistant");
     assert_eq!(msgs[2]["content"], "And what did he say?");
+    assert_eq!(second["chat_template_kwargs"]["enable_thinking"], false);
 
     // A slow link makes a long answer take seconds; Ctrl-C stops it and
     // the chat goes on.
