@@ -598,6 +598,7 @@ fn avx512_table(avx2: Kernels) -> Kernels {
         },
         q3_k: QuantPath {
             dot4: Some(crate::simd::avx2_lowk::dot4_q3_k_q8_k_vnni),
+            dot: crate::simd::avx2_lowk::dot_q3_k_q8_k_avx512,
             ..avx2.q3_k
         },
         ..avx2

@@ -170,7 +170,7 @@ fn mul_sum_i8(x: __m256i, y: __m256i) -> __m256 {
 /// A little-endian f16 at `b[0..2]` through F16C (two instructions).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn f16c(b: &[u8]) -> f32 {
+pub(crate) fn f16c(b: &[u8]) -> f32 {
     let bits = u16::from_le_bytes([b[0], b[1]]);
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
 }

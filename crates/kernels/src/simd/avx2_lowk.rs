@@ -12,9 +12,9 @@
 
 #![allow(unsafe_code)]
 
+use super::avx2::f16c;
 use crate::quant::dot::Q8_K_BYTES as Q8K;
-use crate::quant::lowk::{q3_scales, Q2_K_BYTES, Q3_K_BYTES};
-use crate::quant::read_f16;
+use crate::quant::lowk::{Q2_K_BYTES, Q3_K_BYTES};
 use std::arch::x86_64::*;
 
 /// Q2_K · Q8_K (see [`crate::quant::dot::dot_q2_k_q8_k`]).
@@ -75,14 +75,11 @@ macro_rules! unpack {
         let (m3, one, m4) = (_mm256_set1_epi8(3), _mm256_set1_epi8(1), _mm_set1_epi8(0xf));
         let (scales, sums_by, qs_at, d, dmin);
         if $q3 {
-            let s8 = q3_scales(&bw[96..108]);
-            // SAFETY: `s8` holds 16 i8.
-            let s16 =
-                _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(s8.as_ptr() as *const __m128i) });
+            let s16 = _mm256_cvtepi8_epi16(q3_scales_v(&bw[96..108]));
             scales = halves(s16);
             sums_by = _mm256_slli_epi16(s16, 2);
             qs_at = 32;
-            d = read_f16(&bw[108..110]);
+            d = f16c(&bw[108..110]);
             dmin = 0.0;
         } else {
             // SAFETY: the block's 16 scale bytes.
@@ -90,8 +87,8 @@ macro_rules! unpack {
             scales = halves(_mm256_cvtepu8_epi16(_mm_and_si128(s8, m4)));
             sums_by = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s8, 4), m4));
             qs_at = 16;
-            d = read_f16(&bw[80..82]);
-            dmin = read_f16(&bw[82..84]);
+            d = f16c(&bw[80..82]);
+            dmin = f16c(&bw[82..84]);
         }
         // SAFETY: Q3_K's 32 `hmask` bytes (unused for Q2_K).
         let hm = unsafe { _mm256_loadu_si256(bw.as_ptr() as *const __m256i) };
@@ -204,19 +201,17 @@ unsafe fn dot4_vnni<const Q3: bool>(w: &[u8], x: [&[u8]; 4]) -> [f32; 4] {
         for (c, vc) in v.iter_mut().enumerate() {
             *vc = _mm512_inserti64x4(_mm512_castsi256_si512(u.v[2 * c]), u.v[2 * c + 1], 1);
         }
-        let mut sc8 = [0i8; 16];
-        if Q3 {
-            sc8 = q3_scales(&bw[96..108]);
+        let sc8 = if Q3 {
+            q3_scales_v(&bw[96..108])
         } else {
-            for (o, &b) in sc8.iter_mut().zip(&bw[..16]) {
-                *o = (b & 0xf) as i8;
-            }
-        }
-        // SAFETY: `sc8` holds 16 i8.
+            // SAFETY: the block's 16 scale bytes.
+            _mm_and_si128(
+                unsafe { _mm_loadu_si128(bw.as_ptr() as *const __m128i) },
+                _mm_set1_epi8(0xf),
+            )
+        };
         let scf = _mm512_mul_ps(
-            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(unsafe {
-                _mm_loadu_si128(sc8.as_ptr() as *const __m128i)
-            })),
+            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc8)),
             _mm512_set1_ps(u.d),
         );
         let mut lane_scales = [_mm512_setzero_ps(); 4];
@@ -346,6 +341,100 @@ unsafe fn dot4_vnni<const Q3: bool>(w: &[u8], x: [&[u8]; 4]) -> [f32; 4] {
     out
 }
 
+/// The AVX-512 tier's one-row [`dot_q3_k_q8_k`], 64 values a step: one
+/// load of `qs` holds both halves of a shift, the high bit comes from a
+/// byte test of `hmask` (broadcast to both halves) as `+ 4`, and the
+/// block's `- 4` is taken off through the activation block sums.
+pub fn dot_q3_k_q8_k_avx512(w: &[u8], x: &[u8]) -> f32 {
+    let n = (w.len() / Q3_K_BYTES).min(x.len() / Q8K);
+    // SAFETY: handed out by the kernel table only after AVX-512 F/BW/VL
+    // (and AVX2, FMA, F16C) were detected; `n` whole blocks.
+    unsafe { dot_q3_k_512(&w[..n * Q3_K_BYTES], &x[..n * Q8K]) }
+}
+
+/// # Safety
+/// AVX2, FMA, F16C and AVX-512 F/BW/VL are available; `w` and `x` hold
+/// the same number of whole Q3_K and Q8_K blocks.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn dot_q3_k_512(w: &[u8], x: &[u8]) -> f32 {
+    let (m3, four) = (_mm512_set1_epi8(3), _mm512_set1_epi8(4));
+    // Shift s: bytes 0-31 hold elements 32s.. (bit s of hmask), bytes
+    // 32-63 elements 128 + 32s.. (bit 4 + s); their i16 products fall in
+    // sub-blocks 2s, 2s + 1, 8 + 2s, 9 + 2s, eight lanes each.
+    let mut bit = [_mm512_setzero_si512(); 4];
+    let mut scale_at = [_mm512_setzero_si512(); 4];
+    for s in 0..4 {
+        bit[s] = _mm512_inserti64x4(
+            _mm512_set1_epi8(1 << s),
+            _mm256_set1_epi8((1u8 << (4 + s)) as i8),
+            1,
+        );
+        let mut idx = [0i16; 32];
+        for (j, v) in idx.iter_mut().enumerate() {
+            *v = (2 * s + (j / 8) % 2 + 8 * (j / 16)) as i16;
+        }
+        // SAFETY: `idx` holds 32 i16.
+        scale_at[s] = unsafe { _mm512_loadu_si512(idx.as_ptr() as *const _) };
+    }
+    let mut acc = _mm512_setzero_ps();
+    for (bw, bx) in w.chunks_exact(Q3_K_BYTES).zip(x.chunks_exact(Q8K)) {
+        let dx = f32::from_le_bytes([bx[0], bx[1], bx[2], bx[3]]);
+        let sc16 = _mm256_cvtepi8_epi16(q3_scales_v(&bw[96..108]));
+        let sc512 = _mm512_zextsi256_si512(sc16);
+        // SAFETY: the block's 32 `hmask` bytes and 64 `qs` bytes.
+        let (hm, q) = unsafe {
+            (
+                _mm512_broadcast_i64x4(_mm256_loadu_si256(bw.as_ptr() as *const __m256i)),
+                _mm512_loadu_si512(bw.as_ptr().add(32) as *const _),
+            )
+        };
+        let q8 = bx.as_ptr().wrapping_add(4);
+        let mut sumi = _mm512_setzero_si512();
+        for s in 0..4 {
+            let low = _mm512_and_si512(_mm512_srl_epi16(q, _mm_cvtsi32_si128(2 * s as i32)), m3);
+            let v = _mm512_mask_add_epi8(low, _mm512_test_epi8_mask(hm, bit[s]), low, four);
+            // SAFETY: 32 activation quants at elements 32s.. and 128 + 32s.. of a whole block.
+            let xv = unsafe {
+                _mm512_inserti64x4(
+                    _mm512_castsi256_si512(_mm256_loadu_si256(q8.add(32 * s) as *const __m256i)),
+                    _mm256_loadu_si256(q8.add(128 + 32 * s) as *const __m256i),
+                    1,
+                )
+            };
+            let prod = _mm512_maddubs_epi16(v, xv);
+            let scv = _mm512_permutexvar_epi16(scale_at[s], sc512);
+            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(prod, scv));
+        }
+        // SAFETY: `bx` is a whole Q8_K block.
+        let offset = _mm256_madd_epi16(_mm256_slli_epi16(sc16, 2), unsafe { bsums(bx) });
+        sumi = _mm512_sub_epi32(sumi, _mm512_zextsi256_si512(offset));
+        let d = f16c(&bw[108..110]) * dx;
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
+    }
+    _mm512_reduce_add_ps(acc)
+}
+
+/// Q3_K's sixteen 6-bit scales minus 32, as i8 lanes: the bit layout of
+/// [`crate::quant::lowk::q3_scales`] computed in four general registers and moved in whole,
+/// not sixteen byte stores read back by a vector load (which stalls on
+/// store forwarding once per block).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q3_scales_v(packed: &[u8]) -> __m128i {
+    const K1: u32 = 0x0303_0303;
+    const K2: u32 = 0x0f0f_0f0f;
+    let word =
+        |i: usize| u32::from_le_bytes([packed[i], packed[i + 1], packed[i + 2], packed[i + 3]]);
+    let (a0, a1, a2) = (word(0), word(4), word(8));
+    let v = _mm_setr_epi32(
+        ((a0 & K2) | ((a2 & K1) << 4)) as i32,
+        ((a1 & K2) | (((a2 >> 2) & K1) << 4)) as i32,
+        (((a0 >> 4) & K2) | (((a2 >> 4) & K1) << 4)) as i32,
+        (((a1 >> 4) & K2) | (((a2 >> 6) & K1) << 4)) as i32,
+    );
+    _mm_sub_epi8(v, _mm_set1_epi8(32))
+}
+
 /// Sum of the eight f32 lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -439,8 +528,8 @@ unsafe fn dot_q2_k_impl(w: &[u8], x: &[u8]) -> f32 {
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(prod, sc));
             }
         }
-        let d = read_f16(&bw[80..82]) * dx;
-        let dmin = read_f16(&bw[82..84]) * dx;
+        let d = f16c(&bw[80..82]) * dx;
+        let dmin = f16c(&bw[82..84]) * dx;
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
         acc = _mm256_fnmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(summ), acc);
     }
@@ -457,9 +546,7 @@ unsafe fn dot_q3_k_impl(w: &[u8], x: &[u8]) -> f32 {
     for (bw, bx) in w.chunks_exact(Q3_K_BYTES).zip(x.chunks_exact(Q8K)) {
         let dx = f32::from_le_bytes([bx[0], bx[1], bx[2], bx[3]]);
         let q8 = &bx[4..];
-        let sc = q3_scales(&bw[96..108]);
-        // SAFETY: `sc` holds 16 i8.
-        let sc16 = _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(sc.as_ptr() as *const __m128i) });
+        let sc16 = _mm256_cvtepi8_epi16(q3_scales_v(&bw[96..108]));
         let scales = halves(sc16);
         // SAFETY: the block's 32 `hmask` bytes.
         let hm = unsafe { _mm256_loadu_si256(bw.as_ptr() as *const __m256i) };
@@ -491,7 +578,7 @@ unsafe fn dot_q3_k_impl(w: &[u8], x: &[u8]) -> f32 {
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(prod, scv));
             }
         }
-        let d = read_f16(&bw[108..110]) * dx;
+        let d = f16c(&bw[108..110]) * dx;
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
     hsum(acc)
