@@ -594,6 +594,7 @@ fn avx512_table(avx2: Kernels) -> Kernels {
         },
         q2_k: QuantPath {
             dot4: Some(crate::simd::avx2_lowk::dot4_q2_k_q8_k_vnni),
+            dot: crate::simd::avx2_lowk::dot_q2_k_q8_k_avx512,
             ..avx2.q2_k
         },
         q3_k: QuantPath {

@@ -359,23 +359,16 @@ pub fn dot_q3_k_q8_k_avx512(w: &[u8], x: &[u8]) -> f32 {
 unsafe fn dot_q3_k_512(w: &[u8], x: &[u8]) -> f32 {
     let (m3, four) = (_mm512_set1_epi8(3), _mm512_set1_epi8(4));
     // Shift s: bytes 0-31 hold elements 32s.. (bit s of hmask), bytes
-    // 32-63 elements 128 + 32s.. (bit 4 + s); their i16 products fall in
-    // sub-blocks 2s, 2s + 1, 8 + 2s, 9 + 2s, eight lanes each.
+    // 32-63 elements 128 + 32s.. (bit 4 + s).
     let mut bit = [_mm512_setzero_si512(); 4];
-    let mut scale_at = [_mm512_setzero_si512(); 4];
-    for s in 0..4 {
-        bit[s] = _mm512_inserti64x4(
+    for (s, b) in bit.iter_mut().enumerate() {
+        *b = _mm512_inserti64x4(
             _mm512_set1_epi8(1 << s),
             _mm256_set1_epi8((1u8 << (4 + s)) as i8),
             1,
         );
-        let mut idx = [0i16; 32];
-        for (j, v) in idx.iter_mut().enumerate() {
-            *v = (2 * s + (j / 8) % 2 + 8 * (j / 16)) as i16;
-        }
-        // SAFETY: `idx` holds 32 i16.
-        scale_at[s] = unsafe { _mm512_loadu_si512(idx.as_ptr() as *const _) };
     }
+    let scale_at = scale_lanes();
     let mut acc = _mm512_setzero_ps();
     for (bw, bx) in w.chunks_exact(Q3_K_BYTES).zip(x.chunks_exact(Q8K)) {
         let dx = f32::from_le_bytes([bx[0], bx[1], bx[2], bx[3]]);
@@ -393,15 +386,8 @@ unsafe fn dot_q3_k_512(w: &[u8], x: &[u8]) -> f32 {
         for s in 0..4 {
             let low = _mm512_and_si512(_mm512_srl_epi16(q, _mm_cvtsi32_si128(2 * s as i32)), m3);
             let v = _mm512_mask_add_epi8(low, _mm512_test_epi8_mask(hm, bit[s]), low, four);
-            // SAFETY: 32 activation quants at elements 32s.. and 128 + 32s.. of a whole block.
-            let xv = unsafe {
-                _mm512_inserti64x4(
-                    _mm512_castsi256_si512(_mm256_loadu_si256(q8.add(32 * s) as *const __m256i)),
-                    _mm256_loadu_si256(q8.add(128 + 32 * s) as *const __m256i),
-                    1,
-                )
-            };
-            let prod = _mm512_maddubs_epi16(v, xv);
+            // SAFETY: `q8` is a whole block's quants.
+            let prod = _mm512_maddubs_epi16(v, unsafe { act64(q8, s) });
             let scv = _mm512_permutexvar_epi16(scale_at[s], sc512);
             sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(prod, scv));
         }
@@ -412,6 +398,90 @@ unsafe fn dot_q3_k_512(w: &[u8], x: &[u8]) -> f32 {
         acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
     }
     _mm512_reduce_add_ps(acc)
+}
+
+/// The AVX-512 tier's one-row [`dot_q2_k_q8_k`], 64 values a step (the
+/// layout of [`dot_q3_k_q8_k_avx512`] without the high bit); the
+/// minimums are applied through the activation block sums.
+pub fn dot_q2_k_q8_k_avx512(w: &[u8], x: &[u8]) -> f32 {
+    let n = (w.len() / Q2_K_BYTES).min(x.len() / Q8K);
+    // SAFETY: as in `dot_q3_k_q8_k_avx512`.
+    unsafe { dot_q2_k_512(&w[..n * Q2_K_BYTES], &x[..n * Q8K]) }
+}
+
+/// Which sub-block's scale each i16 product lane of shift `s` takes:
+/// `2s`, `2s + 1`, `8 + 2s`, `9 + 2s`, eight lanes each.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+fn scale_lanes() -> [__m512i; 4] {
+    let mut out = [_mm512_setzero_si512(); 4];
+    for (s, o) in out.iter_mut().enumerate() {
+        let mut idx = [0i16; 32];
+        for (j, v) in idx.iter_mut().enumerate() {
+            *v = (2 * s + (j / 8) % 2 + 8 * (j / 16)) as i16;
+        }
+        // SAFETY: `idx` holds 32 i16.
+        *o = unsafe { _mm512_loadu_si512(idx.as_ptr() as *const _) };
+    }
+    out
+}
+
+/// The 64 activation quants paired with one 64-byte load of shift `s`:
+/// elements 32s.. and 128 + 32s..
+///
+/// # Safety
+/// `q8` points at the 256 quants of a whole Q8_K block.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn act64(q8: *const u8, s: usize) -> __m512i {
+    // SAFETY: both 32-byte halves lie in the block's quants.
+    unsafe {
+        _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_loadu_si256(q8.add(32 * s) as *const __m256i)),
+            _mm256_loadu_si256(q8.add(128 + 32 * s) as *const __m256i),
+            1,
+        )
+    }
+}
+
+/// # Safety
+/// AVX2, FMA, F16C and AVX-512 F/BW/VL are available; `w` and `x` hold
+/// the same number of whole Q2_K and Q8_K blocks.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn dot_q2_k_512(w: &[u8], x: &[u8]) -> f32 {
+    let (m3, m4) = (_mm512_set1_epi8(3), _mm_set1_epi8(0xf));
+    let scale_at = scale_lanes();
+    let mut acc = _mm512_setzero_ps();
+    let mut acc_min = _mm256_setzero_ps();
+    for (bw, bx) in w.chunks_exact(Q2_K_BYTES).zip(x.chunks_exact(Q8K)) {
+        let dx = f32::from_le_bytes([bx[0], bx[1], bx[2], bx[3]]);
+        // SAFETY: the block's 16 scale bytes and 64 `qs` bytes.
+        let (sc8, q) = unsafe {
+            (
+                _mm_loadu_si128(bw.as_ptr() as *const __m128i),
+                _mm512_loadu_si512(bw.as_ptr().add(16) as *const _),
+            )
+        };
+        let sc512 = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sc8, m4)));
+        let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), m4));
+        let q8 = bx.as_ptr().wrapping_add(4);
+        let mut sumi = _mm512_setzero_si512();
+        for (s, at) in scale_at.iter().enumerate() {
+            let v = _mm512_and_si512(_mm512_srl_epi16(q, _mm_cvtsi32_si128(2 * s as i32)), m3);
+            // SAFETY: `q8` is a whole block's quants.
+            let prod = _mm512_maddubs_epi16(v, unsafe { act64(q8, s) });
+            sumi = _mm512_add_epi32(
+                sumi,
+                _mm512_madd_epi16(prod, _mm512_permutexvar_epi16(*at, sc512)),
+            );
+        }
+        // SAFETY: `bx` is a whole Q8_K block.
+        let summ = _mm256_madd_epi16(mins, unsafe { bsums(bx) });
+        let (d, dmin) = (f16c(&bw[80..82]) * dx, f16c(&bw[82..84]) * dx);
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
+        acc_min = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(summ), acc_min);
+    }
+    _mm512_reduce_add_ps(acc) - hsum(acc_min)
 }
 
 /// Q3_K's sixteen 6-bit scales minus 32, as i8 lanes: the bit layout of
