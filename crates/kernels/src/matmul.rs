@@ -98,6 +98,10 @@ type NoX4 = fn([&[u8]; 2], [&[u8]; X4_N]) -> [[f32; 16]; X4_N];
 const NO_X4: Option<NoX4> = None;
 
 /// Makes `v` at least `len` long; new elements are zero, old ones kept.
+/// Bytes of quantized activations the row-by-row path keeps hot while a
+/// column block's weight rows pass over them (about half of a 48 KiB L1).
+const TOKEN_CHUNK_BYTES: usize = 24 * 1024;
+
 fn grow<T: Copy + Default>(v: &mut Vec<T>, len: usize) {
     if v.len() < len {
         v.resize(len, T::default());
@@ -193,21 +197,28 @@ pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads
         } else {
             let xq = &s.xq;
             let xrow = |t: usize| &xq[t * act_rb..(t + 1) * act_rb];
+            // Tokens in chunks whose activations stay in L1 while every
+            // weight row of the block passes over them.
+            let chunk = (TOKEN_CHUNK_BYTES / act_rb).clamp(4, 64) / 4 * 4;
             par_column_blocks(out, w.rows, 1, threads, |blk| {
-                for i in 0..blk.width() {
-                    let row = w.row(blk.first() + i);
-                    let mut t = 0;
-                    if let Some(dot4) = path.dot4 {
-                        while t + 4 <= n {
-                            let got = dot4(row, [xrow(t), xrow(t + 1), xrow(t + 2), xrow(t + 3)]);
-                            for (j, v) in got.into_iter().enumerate() {
-                                blk.row(t + j)[i] = v;
+                for t0 in (0..n).step_by(chunk) {
+                    let t1 = (t0 + chunk).min(n);
+                    for i in 0..blk.width() {
+                        let row = w.row(blk.first() + i);
+                        let mut t = t0;
+                        if let Some(dot4) = path.dot4 {
+                            while t + 4 <= t1 {
+                                let got =
+                                    dot4(row, [xrow(t), xrow(t + 1), xrow(t + 2), xrow(t + 3)]);
+                                for (j, v) in got.into_iter().enumerate() {
+                                    blk.row(t + j)[i] = v;
+                                }
+                                t += 4;
                             }
-                            t += 4;
                         }
-                    }
-                    for t in t..n {
-                        blk.row(t)[i] = (path.dot)(row, xrow(t));
+                        for t in t..t1 {
+                            blk.row(t)[i] = (path.dot)(row, xrow(t));
+                        }
                     }
                 }
             });
