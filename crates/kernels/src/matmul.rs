@@ -455,7 +455,8 @@ mod tests {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
         for ty in GgmlType::ALL {
             let cols = ty.block_size().max(32) * 3;
-            for (rows, n) in [(1, 1), (5, 1), (13, 3), (64, 7)] {
+            // 70 tokens: several L1 chunks of the row-by-row path, with a tail.
+            for (rows, n) in [(1, 1), (5, 1), (13, 3), (64, 7), (16, 70)] {
                 let wsrc: Vec<f32> = (0..rows * cols).map(|_| rng.gen_range(-1.0..1.0)).collect();
                 let mut wq = vec![0u8; ty.row_bytes(cols).unwrap() * rows];
                 let rb = ty.row_bytes(cols).unwrap();
