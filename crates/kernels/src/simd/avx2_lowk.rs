@@ -13,6 +13,7 @@
 #![allow(unsafe_code)]
 
 use super::avx2::f16c;
+use super::prefetch_ahead;
 use crate::quant::dot::Q8_K_BYTES as Q8K;
 use crate::quant::lowk::{Q2_K_BYTES, Q3_K_BYTES};
 use std::arch::x86_64::*;
@@ -374,7 +375,7 @@ unsafe fn dot_q3_k_512(w: &[u8], x: &[u8]) -> f32 {
     let shift = shift_counts();
     let mut acc = _mm512_setzero_ps();
     for (bw, bx) in w.chunks_exact(Q3_K_BYTES).zip(x.chunks_exact(Q8K)) {
-        prefetch_ahead(bw.as_ptr());
+        prefetch_ahead(bw.as_ptr(), bw.len());
         let dx = f32::from_le_bytes([bx[0], bx[1], bx[2], bx[3]]);
         let sc16 = _mm256_cvtepi8_epi16(q3_scales_v(&bw[96..108]));
         let sc512 = _mm512_zextsi256_si512(sc16);
@@ -463,7 +464,7 @@ unsafe fn dot_q2_k_512(w: &[u8], x: &[u8]) -> f32 {
     let mut acc = _mm512_setzero_ps();
     let mut acc_min = _mm256_setzero_ps();
     for (bw, bx) in w.chunks_exact(Q2_K_BYTES).zip(x.chunks_exact(Q8K)) {
-        prefetch_ahead(bw.as_ptr());
+        prefetch_ahead(bw.as_ptr(), bw.len());
         let dx = f32::from_le_bytes([bx[0], bx[1], bx[2], bx[3]]);
         // SAFETY: the block's 16 scale bytes and 64 `qs` bytes, each
         // 32-byte half in both halves of a register.
@@ -495,23 +496,6 @@ unsafe fn dot_q2_k_512(w: &[u8], x: &[u8]) -> f32 {
         acc_min = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(summ), acc_min);
     }
     _mm512_reduce_add_ps(acc) - hsum(acc_min)
-}
-
-/// How far ahead of the weight block being read the one-row dots
-/// prefetch. A row of these types is one call, too short for the hardware
-/// prefetcher to run ahead of across calls; prefetching the rows that
-/// follow in memory took Q2_K decode from 12 to 17 GB/s (2-vCPU Xeon).
-const PREFETCH_AHEAD: usize = 2048;
-
-/// Prefetches the two cache lines a block (at most 110 bytes) may span,
-/// [`PREFETCH_AHEAD`] bytes on. Prefetches never fault, so reading past
-/// the weights is harmless.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn prefetch_ahead(p: *const u8) {
-    let a = p.wrapping_add(PREFETCH_AHEAD) as *const i8;
-    _mm_prefetch::<_MM_HINT_T0>(a);
-    _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(64));
 }
 
 /// Q3_K's sixteen 6-bit scales minus 32, as i8 lanes: the bit layout of
@@ -597,7 +581,7 @@ unsafe fn dot_q2_k_impl(w: &[u8], x: &[u8]) -> f32 {
     let m4 = _mm_set1_epi8(0xf);
     let mut acc = _mm256_setzero_ps();
     for (bw, bx) in w.chunks_exact(Q2_K_BYTES).zip(x.chunks_exact(Q8K)) {
-        prefetch_ahead(bw.as_ptr());
+        prefetch_ahead(bw.as_ptr(), bw.len());
         let dx = f32::from_le_bytes([bx[0], bx[1], bx[2], bx[3]]);
         let q8 = &bx[4..];
         // SAFETY: the block's 16 scale bytes.
@@ -645,7 +629,7 @@ unsafe fn dot_q3_k_impl(w: &[u8], x: &[u8]) -> f32 {
     let (m3, one) = (_mm256_set1_epi8(3), _mm256_set1_epi8(1));
     let mut acc = _mm256_setzero_ps();
     for (bw, bx) in w.chunks_exact(Q3_K_BYTES).zip(x.chunks_exact(Q8K)) {
-        prefetch_ahead(bw.as_ptr());
+        prefetch_ahead(bw.as_ptr(), bw.len());
         let dx = f32::from_le_bytes([bx[0], bx[1], bx[2], bx[3]]);
         let q8 = &bx[4..];
         let sc16 = _mm256_cvtepi8_epi16(q3_scales_v(&bw[96..108]));

@@ -191,6 +191,9 @@ macro_rules! x8 {
             let ds = x.map(|r| r.ds.as_ptr());
             let mut u = group.as_ptr();
             for b in 0..nb {
+                if $rn == 1 {
+                    super::prefetch_ahead(u, $unit);
+                }
                 // SAFETY: a unit starts with the 8 rows' f16 scales (16 bytes).
                 let dw = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(u as *const __m128i) });
                 let mw = if $mins {
@@ -470,6 +473,9 @@ macro_rules! k8 {
             for b in 0..nb {
                 // SAFETY: unit `b < nb` lies inside `group`.
                 let u = unsafe { group.as_ptr().add(b * $unit) };
+                if $rn == 1 {
+                    super::prefetch_ahead(u, $unit);
+                }
                 let prep = $prep(u);
                 for j in 0..$rn {
                     // SAFETY: block `b < nb` of each activation row exists.

@@ -54,6 +54,33 @@ macro_rules! align_frame {
 #[cfg(target_arch = "x86_64")]
 pub(crate) use align_frame;
 
+/// How far ahead of the weights being read a decode kernel prefetches.
+/// One call covers one row (or one eight-row group) and the hardware
+/// prefetcher does not run ahead across calls: prefetching what follows in
+/// memory took 1.1B-shape decode on a 2-vCPU Xeon from 12 to 17 GB/s
+/// (Q2_K) and Q4_0 from 29 to 37 tokens/s. 1 KiB measured slower, 4 KiB
+/// the same.
+#[cfg(target_arch = "x86_64")]
+pub(crate) const PREFETCH_AHEAD: usize = 2048;
+
+/// Prefetches the cache lines of `len` bytes at [`PREFETCH_AHEAD`] past
+/// `p`. A prefetch never faults, so running past the weights is harmless
+/// (the address is computed with wrapping arithmetic, never dereferenced).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(unsafe_code)]
+pub(crate) fn prefetch_ahead(p: *const u8, len: usize) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+    let a = p.wrapping_add(PREFETCH_AHEAD) as *const i8;
+    let mut o = 0;
+    while o < len {
+        // SAFETY: SSE is part of x86-64 itself; a prefetch reads nothing
+        // architecturally and cannot fault, whatever the address.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(o)) };
+        o += 64;
+    }
+}
+
 /// The constants of every tier's polynomial `exp` (Cephes' `expf`): inputs
 /// are clamped to `±EXP_MAX`, `n = round(x log2 e)`, `r = x - n ln 2` with
 /// ln 2 split in two (`LN2_HI + LN2_LO`) so the product is exact, and
