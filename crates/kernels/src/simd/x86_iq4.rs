@@ -395,7 +395,10 @@ unsafe fn gemm_iq4_xsx16_impl(
         // nibbles at 80.
         unsafe {
             let (ua, ub) = (a.add(blk * IQ4XS_UNIT), b.add(blk * IQ4XS_UNIT));
-            let mut isum = [_mm512_setzero_si512(); X8_N];
+            // Sub-block sums times their scales, in f32: exact products
+            // of integers below 2^24 and 6-bit scales, rounded only where
+            // they add up (vpmulld costs two port-0 uops per use).
+            let mut fsum = [_mm512_setzero_ps(); X8_N];
             for c in 0..4 {
                 // Sub-blocks 2c and 2c + 1: low and high halves of four columns each.
                 let mut w = [_mm512_setzero_si512(); 16];
@@ -407,10 +410,10 @@ unsafe fn gemm_iq4_xsx16_impl(
                             _mm512_shuffle_epi8(t, _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4));
                     }
                 }
-                let sc: [__m512i; 2] = std::array::from_fn(|h| {
-                    _mm512_cvtepi8_epi32(join8(ua, ub, 16 + 8 * (2 * c + h)))
+                let sc: [__m512; 2] = std::array::from_fn(|h| {
+                    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(join8(ua, ub, 16 + 8 * (2 * c + h))))
                 });
-                for (j, s) in isum.iter_mut().enumerate() {
+                for (j, s) in fsum.iter_mut().enumerate() {
                     let q8 = x[j].add(blk * Q8K + 4 + 64 * c);
                     let mut tot = *s;
                     for h in 0..2 {
@@ -427,9 +430,10 @@ unsafe fn gemm_iq4_xsx16_impl(
                                 bcast16(q8.add(32 * h + 16 + 4 * k)),
                             );
                         }
-                        tot = _mm512_add_epi32(
+                        tot = _mm512_fmadd_ps(
+                            _mm512_cvtepi32_ps(_mm512_add_epi32(lo, hi)),
+                            sc[h],
                             tot,
-                            _mm512_mullo_epi32(_mm512_add_epi32(lo, hi), sc[h]),
                         );
                     }
                     *s = tot;
@@ -445,9 +449,9 @@ unsafe fn gemm_iq4_xsx16_impl(
             for (j, a) in acc.iter_mut().enumerate() {
                 let bx = x[j].add(blk * Q8K);
                 let dx = _mm512_set1_ps((bx as *const f32).read_unaligned());
-                let osum = sub_block_dot(&sc_pairs, bx);
-                let total = _mm512_sub_epi32(isum[j], _mm512_slli_epi32::<7>(osum));
-                *a = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(total), *a);
+                let osum = _mm512_cvtepi32_ps(_mm512_slli_epi32::<7>(sub_block_dot(&sc_pairs, bx)));
+                let total = _mm512_sub_ps(fsum[j], osum);
+                *a = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), total, *a);
             }
         }
     }
