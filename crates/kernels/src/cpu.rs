@@ -634,6 +634,14 @@ fn neon_table<const D: bool>(scalar: Kernels) -> Kernels {
             quantize: neon::quantize_q8_0,
             ..scalar.q5_1
         },
+        q2_k: QuantPath {
+            dot: neon_k8::dot_q2_k_q8_k::<D>,
+            ..scalar.q2_k
+        },
+        q3_k: QuantPath {
+            dot: neon_k8::dot_q3_k_q8_k::<D>,
+            ..scalar.q3_k
+        },
         q4_0x8: (neon::gemv_q4_0x8::<D>, neon::gemm_q4_0x8::<D>),
         q8_0x8: (neon::gemv_q8_0x8::<D>, neon::gemm_q8_0x8::<D>),
         q5_0x8: (neon::gemv_q5_0x8::<D>, neon::gemm_q5_0x8::<D>),
@@ -642,6 +650,8 @@ fn neon_table<const D: bool>(scalar: Kernels) -> Kernels {
         q4_kx8: (neon_k8::gemv_q4_kx8::<D>, neon_k8::gemm_q4_kx8::<D>),
         q5_kx8: (neon_k8::gemv_q5_kx8::<D>, neon_k8::gemm_q5_kx8::<D>),
         q6_kx8: (neon_k8::gemv_q6_kx8::<D>, neon_k8::gemm_q6_kx8::<D>),
+        iq4_nlx8: (neon::gemv_iq4_nlx8::<D>, neon::gemm_iq4_nlx8::<D>),
+        iq4_xsx8: (neon_k8::gemv_iq4_xsx8::<D>, neon_k8::gemm_iq4_xsx8::<D>),
         f16_dot: neon::dot_f16_f32,
         bf16_dot: neon::dot_bf16_f32,
         kv_dot: neon::dot_f32_f16,

@@ -431,6 +431,23 @@ fn prep_q5_1(u: *const u8) -> Prepped {
     prep_q5_at::<32>(u)
 }
 
+/// IQ4_NL (Q4_0's layout): each nibble looked up in the level table, so
+/// the weights are signed and need no zero offset (the table's IQ4_NL
+/// offset is 0).
+#[inline]
+#[target_feature(enable = "neon")]
+fn prep_iq4nl(u: *const u8) -> Prepped {
+    // SAFETY: LEVELS holds 16 bytes.
+    let t = unsafe { vld1q_s8(crate::quant::iquants::LEVELS.as_ptr()) };
+    let mut w = prep_q4(u);
+    for pair in w.iter_mut() {
+        for n in pair.iter_mut() {
+            *n = vqtbl1q_s8(t, vreinterpretq_u8_s8(*n));
+        }
+    }
+    w
+}
+
 /// Q4_0 / Q5_0: the eight rows' integer sums for the block quants at `q`.
 #[inline]
 #[target_feature(enable = "neon")]
@@ -554,6 +571,22 @@ x8!(
     X8_N,
     Q4_UNIT,
     prep_q4,
+    sums_q45
+);
+x8!(
+    gemv_iq4_nlx8,
+    gemv_iq4_nlx8_impl,
+    1,
+    Q4_UNIT,
+    prep_iq4nl,
+    sums_q45
+);
+x8!(
+    gemm_iq4_nlx8,
+    gemm_iq4_nlx8_impl,
+    X8_N,
+    Q4_UNIT,
+    prep_iq4nl,
     sums_q45
 );
 x8!(gemv_q5_0x8, gemv_q5_0x8_impl, 1, Q5_UNIT, prep_q5, sums_q45);

@@ -1,5 +1,6 @@
-//! NEON + dot-product kernels over the eight-row Q4_K, Q5_K and Q6_K layouts of
-//! [`crate::quant::repack`], [`crate::quant::repack_q5k`] and [`crate::quant::repack_q6k`] against Q8_K
+//! NEON + dot-product kernels over the eight-row Q4_K, Q5_K, Q6_K and IQ4_XS layouts of
+//! [`crate::quant::repack`], [`crate::quant::repack_q5k`], [`crate::quant::repack_q6k`]
+//! and [`crate::quant::repack_iq4`] against Q8_K
 //! activations: the integer sums of the AVX2 tier's `avx2_x8` k-quant
 //! kernels, with `SDOT` producing four rows' sums per instruction and the
 //! per-sub-block scales applied with 32-bit multiply-adds.
@@ -13,6 +14,7 @@
 use super::neon::{bcast4, load_f16x8, sdot, store_rows};
 use crate::quant::dot::Q8_K_BYTES as Q8K;
 use crate::quant::repack::Q4K_UNIT;
+use crate::quant::repack_iq4::IQ4XS_UNIT;
 use crate::quant::repack_q5k::Q5K_UNIT;
 use crate::quant::repack_q6k::Q6K_UNIT;
 use crate::rows::X8_N;
@@ -216,6 +218,179 @@ unsafe fn step_q6k<const D: bool>(
     out
 }
 
+/// IQ4_XS, one Q8_K block ([`crate::quant::repack_iq4`]'s layout): the
+/// nibbles looked up in the level table (signed, no offset), each
+/// sub-block's sums times its multiplier `ls - 32`.
+///
+/// # Safety
+/// NEON is part of every AArch64 CPU; where `D` is true the caller must have
+/// detected `dotprod`. Every pointer must cover the bytes the loads above
+/// read, every slice the whole blocks the safe wrapper checked.
+#[inline]
+#[target_feature(enable = "neon")]
+unsafe fn step_iq4xs<const D: bool>(
+    u: *const u8,
+    bx: *const u8,
+    acc: [float32x4_t; 2],
+) -> [float32x4_t; 2] {
+    let m4 = vdupq_n_u8(0x0f);
+    // SAFETY: LEVELS holds 16 bytes; a Q8_K block is d (4 bytes), 256 quants, 16 i16 sums.
+    let (t, dx, q8) = unsafe {
+        (
+            vld1q_s8(crate::quant::iquants::LEVELS.as_ptr()),
+            (bx as *const f32).read_unaligned(),
+            bx.add(4),
+        )
+    };
+    let mut total = [vdupq_n_s32(0); 2];
+    for j in 0..8 {
+        let mut part = [vdupq_n_s32(0); 2];
+        for k in 0..4 {
+            // SAFETY: 256 activation quants; the nibbles run 1024 bytes from 80.
+            let (xl, xh) = unsafe {
+                (
+                    bcast4(q8.add(32 * j + 4 * k)),
+                    bcast4(q8.add(32 * j + 16 + 4 * k)),
+                )
+            };
+            for h in 0..2 {
+                // SAFETY: as above.
+                let v = unsafe { vld1q_u8(u.add(80 + 128 * j + 32 * k + 16 * h)) };
+                let (lo, hi) = (
+                    vqtbl1q_s8(t, vandq_u8(v, m4)),
+                    vqtbl1q_s8(t, vshrq_n_u8::<4>(v)),
+                );
+                part[h] = sdot::<D>(sdot::<D>(part[h], lo, xl), hi, xh);
+            }
+        }
+        // SAFETY: sub-block multipliers at 16 + 8j.
+        let sc = unsafe { rows_i8(u.add(16 + 8 * j)) };
+        for h in 0..2 {
+            total[h] = vmlaq_s32(total[h], part[h], sc[h]);
+        }
+    }
+    // SAFETY: the 8 rows' d open the unit (16 bytes).
+    let d = unsafe { load_f16x8(u) };
+    let mut out = acc;
+    for h in 0..2 {
+        out[h] = vfmaq_f32(out[h], vmulq_n_f32(d[h], dx), vcvtq_f32_s32(total[h]));
+    }
+    out
+}
+
+/// Q2_K · Q8_K, one row (Q2_K has no interleaved layout; see
+/// [`crate::quant::dot::dot_q2_k_q8_k`]): element `128h + 32s + i` is bits
+/// `2s` of `qs[32h + i]`; each 16-element sub-block's four-lane sums are
+/// scaled in the vector and reduced once per block; the minimums go
+/// through the activation block sums.
+pub fn dot_q2_k_q8_k<const D: bool>(w: &[u8], x: &[u8]) -> f32 {
+    use crate::quant::lowk::Q2_K_BYTES;
+    let n = (w.len() / Q2_K_BYTES).min(x.len() / Q8K);
+    let mut sum = 0.0f32;
+    for (bw, bx) in w.chunks_exact(Q2_K_BYTES).zip(x.chunks_exact(Q8K)).take(n) {
+        // SAFETY: whole blocks of each; `D` handed out only with dotprod.
+        sum += unsafe { block_q2_k::<D>(bw.as_ptr(), bx.as_ptr()) };
+    }
+    sum
+}
+
+/// # Safety
+/// `bw` is a whole Q2_K block, `bx` a whole Q8_K block; where `D` is true
+/// the caller must have detected `dotprod`.
+#[inline]
+#[target_feature(enable = "neon")]
+unsafe fn block_q2_k<const D: bool>(bw: *const u8, bx: *const u8) -> f32 {
+    let m3 = vdupq_n_u8(3);
+    // SAFETY: a Q8_K block is d (4 bytes), 256 quants, 16 i16 sums.
+    let (dx, q8) = unsafe { ((bx as *const f32).read_unaligned(), bx.add(4)) };
+    let mut isum = vdupq_n_s32(0);
+    let mut mins = 0i32;
+    for h in 0..2 {
+        // SAFETY: the block's 64 `qs` bytes follow its 16 scale bytes.
+        let q = unsafe { [vld1q_u8(bw.add(16 + 32 * h)), vld1q_u8(bw.add(32 + 32 * h))] };
+        for sh in 0..4 {
+            for half in 0..2 {
+                let j = 8 * h + 2 * sh + half;
+                let v = vandq_u8(vshlq_u8(q[half], vdupq_n_s8(-2 * sh as i8)), m3);
+                // SAFETY: 16 of the block's quants; scale byte `j < 16`.
+                let (xv, sc) = unsafe {
+                    (
+                        vld1q_s8(q8.add(128 * h + 32 * sh + 16 * half) as *const i8),
+                        *bw.add(j),
+                    )
+                };
+                let p = sdot::<D>(vdupq_n_s32(0), vreinterpretq_s8_u8(v), xv);
+                isum = vmlaq_n_s32(isum, p, (sc & 0xf) as i32);
+                // SAFETY: block sum `j < 16`.
+                mins += (sc >> 4) as i32 * unsafe { bsum(bx, j) };
+            }
+        }
+    }
+    // SAFETY: d and dmin at 80 and 82.
+    let (d, dmin) = unsafe { (f16_at(bw.add(80)), f16_at(bw.add(82))) };
+    d * dx * vaddvq_s32(isum) as f32 - dmin * dx * mins as f32
+}
+
+/// Q3_K · Q8_K, one row ([`crate::quant::dot::dot_q3_k_q8_k`]): the
+/// value `q3 - 4` built signed from two `qs` bits and the `hmask` bit, so
+/// `SDOT` needs no offset.
+pub fn dot_q3_k_q8_k<const D: bool>(w: &[u8], x: &[u8]) -> f32 {
+    use crate::quant::lowk::Q3_K_BYTES;
+    let n = (w.len() / Q3_K_BYTES).min(x.len() / Q8K);
+    let mut sum = 0.0f32;
+    for (bw, bx) in w.chunks_exact(Q3_K_BYTES).zip(x.chunks_exact(Q8K)).take(n) {
+        let sc = crate::quant::lowk::q3_scales(&bw[96..108]);
+        // SAFETY: whole blocks of each; `D` handed out only with dotprod.
+        sum += unsafe { block_q3_k::<D>(bw.as_ptr(), bx.as_ptr(), &sc) };
+    }
+    sum
+}
+
+/// # Safety
+/// `bw` is a whole Q3_K block, `bx` a whole Q8_K block; where `D` is true
+/// the caller must have detected `dotprod`.
+#[inline]
+#[target_feature(enable = "neon")]
+unsafe fn block_q3_k<const D: bool>(bw: *const u8, bx: *const u8, sc: &[i8; 16]) -> f32 {
+    let (m3, one, four) = (vdupq_n_u8(3), vdupq_n_u8(1), vdupq_n_s8(4));
+    // SAFETY: a Q8_K block is d (4 bytes), 256 quants, 16 i16 sums.
+    let (dx, q8) = unsafe { ((bx as *const f32).read_unaligned(), bx.add(4)) };
+    // SAFETY: the block's 32 `hmask` bytes open it.
+    let hm = unsafe { [vld1q_u8(bw), vld1q_u8(bw.add(16))] };
+    let mut isum = vdupq_n_s32(0);
+    for h in 0..2 {
+        // SAFETY: the block's 64 `qs` bytes follow `hmask`.
+        let q = unsafe { [vld1q_u8(bw.add(32 + 32 * h)), vld1q_u8(bw.add(48 + 32 * h))] };
+        for sh in 0..4 {
+            for half in 0..2 {
+                let j = 8 * h + 2 * sh + half;
+                let low = vandq_u8(vshlq_u8(q[half], vdupq_n_s8(-2 * sh as i8)), m3);
+                let bit = vandq_u8(vshlq_u8(hm[half], vdupq_n_s8(-((4 * h + sh) as i8))), one);
+                let v = vsubq_s8(
+                    vreinterpretq_s8_u8(vorrq_u8(low, vshlq_n_u8::<2>(bit))),
+                    four,
+                );
+                // SAFETY: 16 of the block's quants.
+                let xv = unsafe { vld1q_s8(q8.add(128 * h + 32 * sh + 16 * half) as *const i8) };
+                isum = vmlaq_n_s32(isum, sdot::<D>(vdupq_n_s32(0), v, xv), sc[j] as i32);
+            }
+        }
+    }
+    // SAFETY: d at 108.
+    let d = unsafe { f16_at(bw.add(108)) };
+    d * dx * vaddvq_s32(isum) as f32
+}
+
+/// The little-endian f16 at `p`.
+///
+/// # Safety
+/// `p` points at two readable bytes.
+#[inline]
+unsafe fn f16_at(p: *const u8) -> f32 {
+    // SAFETY: the caller's contract.
+    crate::quant::f16_bits_to_f32(unsafe { (p as *const u16).read_unaligned() })
+}
+
 /// The kernels of a k-quant x8 layout: `$step(unit, q8k_block, acc)` adds
 /// one activation block's contribution for the eight rows.
 macro_rules! k8 {
@@ -265,3 +440,11 @@ k8!(gemv_q5_kx8, gemv_q5_kx8_impl, 1, Q5K_UNIT, step_q5k);
 k8!(gemm_q5_kx8, gemm_q5_kx8_impl, X8_N, Q5K_UNIT, step_q5k);
 k8!(gemv_q6_kx8, gemv_q6_kx8_impl, 1, Q6K_UNIT, step_q6k);
 k8!(gemm_q6_kx8, gemm_q6_kx8_impl, X8_N, Q6K_UNIT, step_q6k);
+k8!(gemv_iq4_xsx8, gemv_iq4_xsx8_impl, 1, IQ4XS_UNIT, step_iq4xs);
+k8!(
+    gemm_iq4_xsx8,
+    gemm_iq4_xsx8_impl,
+    X8_N,
+    IQ4XS_UNIT,
+    step_iq4xs
+);
