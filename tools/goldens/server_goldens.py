@@ -43,6 +43,8 @@ FIXTURES = [
     ("llama-q2_k", ["--type", "q2_k"]),
     ("qwen3moe-f32", ["--type", "f32", "--arch", "qwen3moe"]),
     ("qwen3moe-q4_0", ["--type", "q4_0", "--arch", "qwen3moe"]),
+    ("qwen2moe-f32", ["--type", "f32", "--arch", "qwen2moe"]),
+    ("qwen2moe-q8_0", ["--type", "q8_0", "--arch", "qwen2moe"]),
     ("mixtral-f32", ["--type", "f32", "--arch", "mixtral"]),
     ("mixtral-q8_0", ["--type", "q8_0", "--arch", "mixtral"]),
     ("gemma3-f32", ["--type", "f32", "--arch", "gemma3"]),

@@ -23,6 +23,10 @@ pub enum Arch {
     /// Qwen3 mixture of experts (Qwen3-30B-A3B): Qwen3 attention, every
     /// FFN a softmax-routed set of experts (`Moe`).
     Qwen3Moe,
+    /// Qwen1.5/Qwen2 mixture of experts (Qwen1.5-MoE-A2.7B, Qwen2-57B-A14B):
+    /// Qwen2 attention, softmax-routed experts whose weights are not
+    /// renormalized, plus a shared expert behind a sigmoid gate.
+    Qwen2Moe,
     /// Mixtral: Llama attention, every FFN a mixture of experts (GGUF
     /// writes it as `llama` with an expert count).
     Mixtral,
@@ -121,13 +125,14 @@ const GEMMA2: Family = Family {
 };
 
 impl Arch {
-    pub const ALL: [Arch; 11] = [
+    pub const ALL: [Arch; 12] = [
         Arch::Llama,
         Arch::Qwen2,
         Arch::Qwen3,
         Arch::Granite,
         Arch::SmolLM3,
         Arch::Qwen3Moe,
+        Arch::Qwen2Moe,
         Arch::Mixtral,
         Arch::Gemma2,
         Arch::Gemma3,
@@ -144,6 +149,7 @@ impl Arch {
             Arch::Granite => "granite",
             Arch::SmolLM3 => "smollm3",
             Arch::Qwen3Moe => "qwen3moe",
+            Arch::Qwen2Moe => "qwen2moe",
             Arch::Mixtral => "mixtral",
             Arch::Gemma2 => "gemma2",
             Arch::Gemma3 => "gemma3",
@@ -189,6 +195,7 @@ impl Arch {
             Arch::Granite => "GraniteForCausalLM",
             Arch::SmolLM3 => "SmolLM3ForCausalLM",
             Arch::Qwen3Moe => "Qwen3MoeForCausalLM",
+            Arch::Qwen2Moe => "Qwen2MoeForCausalLM",
             Arch::Mixtral => "MixtralForCausalLM",
             Arch::Gemma2 => "Gemma2ForCausalLM",
             Arch::Gemma3 => "Gemma3ForCausalLM",
@@ -202,6 +209,7 @@ impl Arch {
         let by_type = match name {
             "mistral" | "MistralForCausalLM" => Some(Arch::Llama),
             "qwen3_moe" => Some(Arch::Qwen3Moe),
+            "qwen2_moe" => Some(Arch::Qwen2Moe),
             "gemma3_text" => Some(Arch::Gemma3),
             _ => None,
         };
@@ -215,7 +223,7 @@ impl Arch {
     pub fn family(self) -> Family {
         match self {
             Arch::Llama | Arch::Granite | Arch::SmolLM3 | Arch::Mixtral => LLAMA,
-            Arch::Qwen2 => Family {
+            Arch::Qwen2 | Arch::Qwen2Moe => Family {
                 gguf_rope: RopeStyle::Neox,
                 qkv_bias: true,
                 ..LLAMA

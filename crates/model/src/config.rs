@@ -84,6 +84,9 @@ pub struct Moe {
     /// Hidden width of each expert.
     pub expert_ffn_dim: usize,
     pub norm_topk: bool,
+    /// Hidden width of the shared expert every token also runs, behind a
+    /// sigmoid gate (Qwen2-MoE); 0 where there is none.
+    pub shared_ffn_dim: usize,
 }
 
 /// Constant factors some families apply around the standard blocks.
@@ -267,15 +270,25 @@ impl Config {
         };
         let fam = arch.family();
         let moe = match arch {
-            Arch::Qwen3Moe | Arch::Mixtral => Some(Moe {
+            Arch::Qwen3Moe | Arch::Mixtral | Arch::Qwen2Moe => Some(Moe {
                 n_experts: usize_key(h, file, &k("expert_count"))?,
                 top_k: usize_key(h, file, &k("expert_used_count"))?,
                 expert_ffn_dim: match opt_usize(h, file, &k("expert_feed_forward_length"))? {
                     Some(w) => w,
                     None => usize_key(h, file, &k("feed_forward_length"))?,
                 },
-                // llama.cpp renormalizes both families' top-k weights (no key says so).
-                norm_topk: true,
+                // llama.cpp renormalizes Qwen3-MoE's and Mixtral's top-k
+                // weights, never Qwen2-MoE's (no key says so).
+                norm_topk: arch != Arch::Qwen2Moe,
+                shared_ffn_dim: match arch {
+                    Arch::Qwen2Moe => {
+                        match opt_usize(h, file, &k("expert_shared_feed_forward_length"))? {
+                            Some(w) => w,
+                            None => usize_key(h, file, &k("feed_forward_length"))?,
+                        }
+                    }
+                    _ => 0,
+                },
             }),
             _ => None,
         };

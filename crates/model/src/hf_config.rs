@@ -75,7 +75,9 @@ impl Config {
             }
         }
         let moe = match arch {
-            Arch::Qwen3Moe | Arch::Mixtral => Some(hf_moe(&c, file, arch == Arch::Mixtral)?),
+            Arch::Qwen3Moe | Arch::Qwen2Moe | Arch::Mixtral => {
+                Some(hf_moe(&c, file, arch == Arch::Mixtral)?)
+            }
             _ => None,
         };
         let mut scales = Scales {
@@ -230,6 +232,8 @@ pub struct HfConfig {
     pub residual_multiplier: Option<f32>,
     pub attention_multiplier: Option<f32>,
     pub logits_scaling: Option<f32>,
+    /// Qwen2-MoE's shared expert.
+    pub shared_expert_intermediate_size: Option<usize>,
     /// Qwen3-MoE's experts (Mixtral: `num_local_experts`).
     pub num_experts: Option<usize>,
     pub num_local_experts: Option<usize>,
@@ -323,6 +327,7 @@ fn hf_moe(c: &HfConfig, file: &str, mixtral: bool) -> Result<Moe> {
                 .intermediate_size
                 .ok_or_else(|| missing("intermediate_size"))?,
             norm_topk: true,
+            shared_ffn_dim: 0,
         });
     }
     Ok(Moe {
@@ -334,7 +339,18 @@ fn hf_moe(c: &HfConfig, file: &str, mixtral: bool) -> Result<Moe> {
             .moe_intermediate_size
             .ok_or_else(|| missing("moe_intermediate_size"))?,
         norm_topk: c.norm_topk_prob.unwrap_or(false),
+        shared_ffn_dim: match c.shared_expert_intermediate_size {
+            Some(w) => w,
+            None if arch_has_shared(c) => return Err(missing("shared_expert_intermediate_size")),
+            None => 0,
+        },
     })
+}
+
+/// Whether the checkpoint's class has a shared expert (Qwen2-MoE).
+fn arch_has_shared(c: &HfConfig) -> bool {
+    let name = c.architectures.first().or(c.model_type.as_ref());
+    name.and_then(|n| Arch::from_hf(n)) == Some(Arch::Qwen2Moe)
 }
 
 #[cfg(test)]
@@ -362,6 +378,7 @@ mod tests {
             top_k: 2,
             expert_ffn_dim: 32,
             norm_topk: true,
+            shared_ffn_dim: 0,
         };
         assert_eq!(c.moe, Some(want));
         assert_eq!(c.qk_norm, QkNorm::PerHead);

@@ -8,6 +8,8 @@
 //! for each expert e, over the tokens T_e routed to it (stacked):
 //!     y = (silu(x·Wg_e) * x·Wu_e)·Wd_e
 //!     out[t] += w[t, e] * y[t]            for t in T_e
+//! with a shared expert (Qwen2-MoE), for every token:
+//!     out[t] += sigmoid(h[t] · wg) * (silu(h·Ws_g) * h·Ws_u)·Ws_d
 //! ```
 //!
 //! Tokens are grouped by expert before any product, so each expert's
@@ -37,6 +39,8 @@ pub(crate) struct MoeFfn {
     router: Tensor,
     experts: Vec<Expert>,
     moe: Moe,
+    /// The shared expert and its gate vector (`dim` values), if any.
+    shared: Option<(Expert, Vec<f32>)>,
 }
 
 /// Per-call buffers of the MoE layers, sized for the scratch's token capacity.
@@ -58,8 +62,8 @@ impl MoeScratch {
             probs: vec![0.0; t * m.n_experts],
             routes: vec![Vec::with_capacity(t); m.n_experts],
             xs: vec![0.0; t * c.dim],
-            gate: vec![0.0; t * m.expert_ffn_dim],
-            up: vec![0.0; t * m.expert_ffn_dim],
+            gate: vec![0.0; t * m.expert_ffn_dim.max(m.shared_ffn_dim)],
+            up: vec![0.0; t * m.expert_ffn_dim.max(m.shared_ffn_dim)],
             ys: vec![0.0; t * c.dim],
         }
     }
@@ -112,10 +116,15 @@ impl MoeFfn {
             Naming::Gguf => format!("blk.{i}.ffn_gate_inp.weight"),
             Naming::HuggingFace => hf_router(c.arch, i),
         };
+        let shared = match moe.shared_ffn_dim {
+            0 => None,
+            sf => Some(load_shared(src, naming, i, dim, sf)?),
+        };
         Ok(MoeFfn {
             router: src.get_shaped(&router, &[dim, n])?,
             experts,
             moe,
+            shared,
         })
     }
 
@@ -123,6 +132,7 @@ impl MoeFfn {
     pub(crate) fn matrices_mut(&mut self) -> impl Iterator<Item = &mut Tensor> {
         self.experts
             .iter_mut()
+            .chain(self.shared.as_mut().map(|(e, _)| e))
             .flat_map(|e| [&mut e.gate, &mut e.up, &mut e.down])
     }
 
@@ -131,7 +141,10 @@ impl MoeFfn {
         let per_expert = self.experts.first().map_or(0, |e| {
             e.gate.data().len() + e.up.data().len() + e.down.data().len()
         });
-        self.router.data().len() + self.moe.top_k * per_expert
+        let shared = self.shared.as_ref().map_or(0, |(e, g)| {
+            e.gate.data().len() + e.up.data().len() + e.down.data().len() + 4 * g.len()
+        });
+        self.router.data().len() + self.moe.top_k * per_expert + shared
     }
 
     /// `out = MoE(h)` for the `t` rows of `h`.
@@ -174,8 +187,58 @@ impl MoeFfn {
                 }
             }
         }
+        if let Some((e, gate_w)) = &self.shared {
+            let sf = self.moe.shared_ffn_dim;
+            let (gate, up) = (&mut s.gate[..t * sf], &mut s.up[..t * sf]);
+            matmul(&e.gate.matrix()?, h, gate, threads)?;
+            matmul(&e.up.matrix()?, h, up, threads)?;
+            silu_mul(gate, up);
+            let ys = &mut s.ys[..t * dim];
+            matmul(&e.down.matrix()?, gate, ys, threads)?;
+            for ((o, y), x) in out
+                .chunks_exact_mut(dim)
+                .zip(ys.chunks_exact(dim))
+                .zip(h.chunks_exact(dim))
+            {
+                let logit: f32 = x.iter().zip(gate_w).map(|(a, b)| a * b).sum();
+                let g = 1.0 / (1.0 + (-logit).exp());
+                for (o, v) in o.iter_mut().zip(y) {
+                    *o += g * v;
+                }
+            }
+        }
         Ok(())
     }
+}
+
+/// Layer `i`'s shared expert (width `sf`) and its gate vector: GGUF's
+/// `blk.i.ffn_{gate,up,down}_shexp` and `ffn_gate_inp_shexp` (a vector),
+/// Hugging Face's `mlp.shared_expert.*_proj` and `mlp.shared_expert_gate`
+/// (one row).
+fn load_shared(
+    src: &dyn TensorSource,
+    naming: Naming,
+    i: usize,
+    dim: usize,
+    sf: usize,
+) -> Result<(Expert, Vec<f32>)> {
+    let name = |part: &str| match naming {
+        Naming::Gguf => format!("blk.{i}.ffn_{part}_shexp.weight"),
+        Naming::HuggingFace => format!("model.layers.{i}.mlp.shared_expert.{part}_proj.weight"),
+    };
+    let expert = Expert {
+        gate: src.get_shaped(&name("gate"), &[dim, sf])?,
+        up: src.get_shaped(&name("up"), &[dim, sf])?,
+        down: src.get_shaped(&name("down"), &[sf, dim])?,
+    };
+    let gate = match naming {
+        Naming::Gguf => src.get_shaped(&format!("blk.{i}.ffn_gate_inp_shexp.weight"), &[dim])?,
+        Naming::HuggingFace => src.get_shaped(
+            &format!("model.layers.{i}.mlp.shared_expert_gate.weight"),
+            &[dim, 1],
+        )?,
+    };
+    Ok((expert, gate.to_f32()?))
 }
 
 /// The Hugging Face module holding layer `i`'s experts.

@@ -91,6 +91,7 @@ impl Fixture {
             Arch::Granite => Self::tiny_granite(ty),
             Arch::SmolLM3 => Self::tiny_smollm3(ty),
             Arch::Qwen3Moe => Self::tiny_qwen3moe(ty),
+            Arch::Qwen2Moe => Self::tiny_qwen2moe(ty),
             Arch::Mixtral => Self::tiny_mixtral(ty),
             Arch::Gemma2 => Self::tiny_gemma2(ty),
             Arch::Gemma3 => Self::tiny_gemma3(ty),
@@ -211,6 +212,7 @@ impl Fixture {
                 top_k: 2,
                 expert_ffn_dim: t.ffn_dim,
                 norm_topk: true,
+                shared_ffn_dim: 0,
             }),
             ..t
         }
@@ -226,8 +228,25 @@ impl Fixture {
                 top_k: 2,
                 expert_ffn_dim: 128,
                 norm_topk: true,
+                shared_ffn_dim: 0,
             }),
             ..Self::tiny_qwen3(ty)
+        }
+    }
+
+    /// The tiny Qwen2 shape as Qwen2-MoE: 8 experts (2 per token, weights
+    /// not renormalized) of width 128 and a shared expert of width 192.
+    pub fn tiny_qwen2moe(ty: GgmlType) -> Self {
+        Fixture {
+            arch: Arch::Qwen2Moe,
+            moe: Some(Moe {
+                n_experts: 8,
+                top_k: 2,
+                expert_ffn_dim: 128,
+                norm_topk: false,
+                shared_ffn_dim: 192,
+            }),
+            ..Self::tiny(ty)
         }
     }
 
@@ -276,6 +295,7 @@ impl Fixture {
                         top_k: 8,
                         expert_ffn_dim: 768,
                         norm_topk: true,
+                        shared_ffn_dim: 0,
                     }),
                     ..Self::shape("1b", ty)?
                 })
@@ -416,7 +436,37 @@ impl Fixture {
                 mat(&mut out, up, f, d, w, &mut rng);
                 mat(&mut out, down, d, f, ls / (f as f32).sqrt(), &mut rng);
             }
-            if self.arch == Arch::Qwen2 {
+            if let Some(m) = self.moe.filter(|m| m.shared_ffn_dim > 0) {
+                let (sf, sp) = (m.shared_ffn_dim, format!("{p}.mlp.shared_expert"));
+                // Gate logits of unit spread: the sigmoid is not saturated.
+                mat(
+                    &mut out,
+                    format!("{p}.mlp.shared_expert_gate.weight"),
+                    1,
+                    d,
+                    w,
+                    &mut rng,
+                );
+                mat(
+                    &mut out,
+                    format!("{sp}.gate_proj.weight"),
+                    sf,
+                    d,
+                    w,
+                    &mut rng,
+                );
+                mat(&mut out, format!("{sp}.up_proj.weight"), sf, d, w, &mut rng);
+                let s = ls / (sf as f32).sqrt();
+                mat(
+                    &mut out,
+                    format!("{sp}.down_proj.weight"),
+                    d,
+                    sf,
+                    s,
+                    &mut rng,
+                );
+            }
+            if self.arch.family().qkv_bias {
                 mat(
                     &mut out,
                     format!("{p}.self_attn.q_proj.bias"),

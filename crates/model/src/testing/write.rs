@@ -60,6 +60,12 @@ impl Fixture {
                     u(m.expert_ffn_dim),
                 );
             }
+            if m.shared_ffn_dim > 0 {
+                w.kv(
+                    &format!("{a}.expert_shared_feed_forward_length"),
+                    u(m.shared_ffn_dim),
+                );
+            }
         }
         if let Some(win) = self.sliding_window {
             w.kv(&format!("{a}.attention.sliding_window"), u(win));
@@ -117,6 +123,12 @@ impl Fixture {
         }
         for (name, shape, data) in stack_experts(self.hf_weights()) {
             let gname = gguf_name(self.arch, &name);
+            // The shared expert's gate is a vector in llama.cpp's files.
+            let shape = if gname.ends_with("ffn_gate_inp_shexp.weight") {
+                vec![shape.iter().product()]
+            } else {
+                shape
+            };
             // The converter adds Gemma's one to its norms.
             let data = if fam.hf_norm_offset && name.ends_with("norm.weight") {
                 data.iter().map(|v| v + 1.0).collect()
@@ -211,6 +223,9 @@ impl Fixture {
                 config["num_experts_per_tok"] = m.top_k.into();
                 config["moe_intermediate_size"] = m.expert_ffn_dim.into();
                 config["norm_topk_prob"] = m.norm_topk.into();
+                if m.shared_ffn_dim > 0 {
+                    config["shared_expert_intermediate_size"] = m.shared_ffn_dim.into();
+                }
             }
             (None, _) => {}
         }
@@ -346,6 +361,10 @@ pub fn gguf_name(arch: Arch, hf: &str) -> String {
         "block_sparse_moe.experts.w1.weight" => "ffn_gate_exps.weight",
         "block_sparse_moe.experts.w3.weight" => "ffn_up_exps.weight",
         "block_sparse_moe.experts.w2.weight" => "ffn_down_exps.weight",
+        "mlp.shared_expert_gate.weight" => "ffn_gate_inp_shexp.weight",
+        "mlp.shared_expert.gate_proj.weight" => "ffn_gate_shexp.weight",
+        "mlp.shared_expert.up_proj.weight" => "ffn_up_shexp.weight",
+        "mlp.shared_expert.down_proj.weight" => "ffn_down_shexp.weight",
         other => other,
     };
     format!("blk.{i}.{part}")
