@@ -3,7 +3,8 @@
 Starts real servers on loopback ports (`hasten serve --port 0`) over a tiny
 synthetic model and checks what users of the OpenAI SDK rely on: chat and
 completions, streaming and not, include_usage, n > 1, stop strings,
-reproducible seeds, errors raised as the SDK's exception classes, and a
+reproducible seeds, structured output (`parse` with Pydantic models,
+json_schema, the regex extension), errors raised as the SDK's exception classes, and a
 stream over HTTPS (`--tls-cert`) with a private CA.
 
 Run through scripts/test-openai.sh, which installs the package and builds
@@ -212,6 +213,87 @@ class Completions(unittest.TestCase):
     def test_models(self):
         models = self.c.models.list()
         self.assertEqual([m.id for m in models.data], ["tiny"])
+
+
+class StructuredOutput(unittest.TestCase):
+    """A grammar makes even random weights answer in shape (issue 23)."""
+
+    def setUp(self):
+        self.c = SERVER.client()
+
+    def parse(self, model, **kw):
+        # `parse` moved out of `beta` in later SDKs; both send a strict json_schema.
+        chat = self.c.chat.completions
+        fn = getattr(chat, "parse", None) or self.c.beta.chat.completions.parse
+        return fn(model="tiny", messages=MSG, response_format=model, max_tokens=400, temperature=1.0, **kw)
+
+    def test_pydantic_models_are_parsed(self):
+        from enum import Enum
+        from typing import List, Literal, Optional
+
+        from pydantic import BaseModel, Field
+
+        class Person(BaseModel):
+            name: str = Field(max_length=16)
+            age: int = Field(ge=0, le=130)
+            tags: List[Literal["red", "green"]] = Field(max_length=3)
+            nickname: Optional[str] = Field(default=None, max_length=8)
+
+        class Status(str, Enum):
+            open = "open"
+            shipped = "shipped"
+
+        class Item(BaseModel):
+            sku: str = Field(pattern=r"^[A-Z]{3}[0-9]{2}$")
+            qty: int = Field(ge=1, le=9)
+
+        class Order(BaseModel):
+            status: Status
+            items: List[Item] = Field(min_length=1, max_length=3)
+            buyer: Person
+
+        for model, seed in [(Person, 1), (Order, 2), (Person, 3)]:
+            r = self.parse(model, seed=seed)
+            ch = r.choices[0]
+            self.assertEqual(ch.finish_reason, "stop", ch.message.content)
+            self.assertIsInstance(ch.message.parsed, model)
+
+    def test_json_object_streamed(self):
+        import json
+
+        stream = self.c.chat.completions.create(
+            model="tiny", messages=MSG, max_tokens=300, temperature=1.0, seed=5, stream=True,
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "n", "schema": {
+                    "type": "object", "properties": {"n": {"type": "integer"}},
+                    "required": ["n"], "additionalProperties": False}},
+            },
+        )
+        text = "".join(c.delta.content or "" for ch in stream for c in ch.choices)
+        self.assertIsInstance(json.loads(text)["n"], int)
+
+    def test_regex_extension_and_completions(self):
+        r = self.c.chat.completions.create(
+            model="tiny", messages=MSG, max_tokens=20, temperature=1.0,
+            response_format={"type": "regex", "regex": "[0-9]{3}-[a-z]{2}"},
+        )
+        self.assertRegex(r.choices[0].message.content, r"^[0-9]{3}-[a-z]{2}$")
+        r = self.c.completions.create(
+            model="tiny", prompt="Once", max_tokens=20, temperature=1.0,
+            extra_body={"response_format": {"type": "regex", "regex": "(yes|no)"}},
+        )
+        self.assertIn(r.choices[0].text, ("yes", "no"))
+
+    def test_schemas_that_cannot_be_enforced_are_a_400(self):
+        for fmt in [
+            {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "fancy"}}},
+            {"type": "regex", "regex": "(unclosed"},
+            {"type": "yaml"},
+        ]:
+            with self.assertRaises(openai.BadRequestError) as e:
+                self.c.chat.completions.create(model="tiny", messages=MSG, response_format=fmt)
+            self.assertEqual(e.exception.body["param"], "response_format", fmt)
 
 
 class Errors(unittest.TestCase):

@@ -58,12 +58,16 @@ pub struct Seq {
     stop_string_seen: bool,
     /// Token events held for a `deliver_at_end` request.
     held: Vec<Event>,
+    /// The request's grammar, followed token by token.
+    constraint: Option<crate::constraint::Constraint>,
 }
 
 impl Seq {
-    pub fn new(id: u64, req: Request, tx: UnboundedSender<Event>, received: Instant) -> Self {
+    pub fn new(id: u64, mut req: Request, tx: UnboundedSender<Event>, received: Instant) -> Self {
+        let constraint = req.constraint.take();
         let spec = req.spec();
         Seq {
+            constraint,
             id,
             tokens: spec.prompt.clone(),
             n_prompt: spec.prompt.len(),
@@ -620,7 +624,18 @@ fn emit_token(
     let dist = spec
         .logprobs
         .map(|n| (log_softmax_top(logits, n), logits.to_vec()));
+    // The grammar's mask, before sampling; a grammar that fails ends the
+    // output where it stands (a finished grammar allows only EOS).
+    if let Some(c) = s.constraint.as_mut() {
+        if c.mask(logits).is_err() {
+            return Some(FinishReason::Stop);
+        }
+    }
     let t = s.sampler.sample(logits, &s.tokens);
+    let grammar_done = match s.constraint.as_mut() {
+        Some(c) => c.consume(t).is_err() || c.is_stopped(),
+        None => false,
+    };
     match s.last_token {
         None => {
             s.first_token = Some(now);
@@ -654,7 +669,7 @@ fn emit_token(
     } else {
         let _ = s.tx.send(ev);
     }
-    if shown.stopped {
+    if shown.stopped || grammar_done {
         Some(FinishReason::Stop)
     } else if s.generated >= spec.max_tokens {
         Some(FinishReason::Length)

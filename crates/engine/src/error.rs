@@ -24,6 +24,9 @@ pub enum Error {
     TooManyLogprobs { got: usize, max: usize },
     #[error("{0}")]
     BadParams(String),
+    /// A grammar `llguidance` cannot compile or enforce, with its reason.
+    #[error("the output format cannot be enforced: {0}")]
+    Grammar(String),
     #[error("the waiting queue is full ({waiting} requests); retry in about {} ms", retry_after.as_millis())]
     QueueFull {
         waiting: usize,

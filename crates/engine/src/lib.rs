@@ -12,6 +12,7 @@
 //! for the ITL target and estimates queue waits), [`metrics`], [`request`].
 
 pub mod blocks;
+pub mod constraint;
 mod core;
 pub mod cost;
 pub mod error;
@@ -201,6 +202,10 @@ pub struct Engine {
     in_flight: Arc<AtomicUsize>,
     /// Retry times told to refused requests.
     promises: Mutex<forecast::Promises>,
+    /// The vocabulary grammars are compiled against, made at the first
+    /// request with a grammar (a trie over the vocabulary: tens of ms).
+    grammars: std::sync::OnceLock<std::result::Result<constraint::Grammars, String>>,
+    tokenizer: Arc<Tokenizer>,
 }
 
 /// The events of one request, in order, ending with `Finished` or `Failed`.
@@ -255,12 +260,13 @@ impl Engine {
         let in_flight = Arc::new(AtomicUsize::new(0));
         let flight = in_flight.clone();
         let (m2, s2, c2) = (metrics.clone(), shared.clone(), cfg.clone());
+        let tok2 = tokenizer.clone();
         let seed = blocks::chain_hash(0, &[limits.vocab_size as u32]);
         let thread = std::thread::Builder::new()
             .name("hasten-engine".into())
             .spawn(move || {
                 // The block pool is single-threaded (`Rc`): build the core on its thread.
-                let mut core = core::Core::new(model, tokenizer, c2, m2, s2, seed);
+                let mut core = core::Core::new(model, tok2, c2, m2, s2, seed);
                 run_loop(&mut core, &rx, &flight)
             })
             .map_err(|e| Error::Config(format!("cannot start the engine thread: {e}")))?;
@@ -274,6 +280,8 @@ impl Engine {
             thread: Some(thread),
             in_flight,
             promises: Default::default(),
+            grammars: Default::default(),
+            tokenizer,
         })
     }
 
@@ -285,9 +293,22 @@ impl Engine {
         &self.cfg
     }
 
-    /// Validates `spec` against this engine's limits.
+    /// Validates `spec` against this engine's limits, and compiles its
+    /// grammar, if any (an error says what the grammar cannot have).
     pub fn validate(&self, spec: RequestSpec) -> Result<Request> {
-        Request::validate(spec, &self.limits)
+        let mut req = Request::validate(spec, &self.limits)?;
+        if let Some(g) = &req.spec.grammar {
+            let grammars = self
+                .grammars
+                .get_or_init(|| {
+                    constraint::Grammars::new(self.tokenizer.clone(), self.limits.vocab_size)
+                        .map_err(|e| e.to_string())
+                })
+                .as_ref()
+                .map_err(|e| Error::Config(e.clone()))?;
+            req.constraint = Some(grammars.compile(g)?);
+        }
+        Ok(req)
     }
 
     /// Estimated wait before a request arriving now starts computing.

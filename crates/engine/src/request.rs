@@ -34,6 +34,8 @@ pub struct RequestSpec {
     /// its `Finished` (for a caller that reads the answer whole: no wake-up
     /// per token). Cancellation still works: it watches the receiver.
     pub deliver_at_end: bool,
+    /// What the output must match (compiled by [`crate::Engine::validate`]).
+    pub grammar: Option<crate::constraint::Grammar>,
 }
 
 impl RequestSpec {
@@ -49,6 +51,7 @@ impl RequestSpec {
             deadline: None,
             logprobs: None,
             deliver_at_end: false,
+            grammar: None,
         }
     }
 }
@@ -66,6 +69,8 @@ pub struct Limits {
 #[derive(Debug, Clone)]
 pub struct Request {
     pub(crate) spec: RequestSpec,
+    /// The compiled grammar, if the spec has one.
+    pub(crate) constraint: Option<crate::constraint::Constraint>,
 }
 
 impl Request {
@@ -110,7 +115,10 @@ impl Request {
         spec.params
             .validate(vocab)
             .map_err(|e| Error::BadParams(e.to_string()))?;
-        Ok(Request { spec })
+        Ok(Request {
+            spec,
+            constraint: None,
+        })
     }
 
     pub fn spec(&self) -> &RequestSpec {

@@ -490,6 +490,22 @@ impl Tokenizer {
         Ok(out)
     }
 
+    /// Tokens of `text` as it continues an output: no BOS, no SentencePiece
+    /// space prefix, no special-token parsing; their bytes are `text`'s
+    /// (what a grammar engine needs for text it forces).
+    pub fn encode_continuation(&self, text: &str) -> Result<Vec<u32>> {
+        let mut out = Vec::new();
+        if !self.gguf {
+            let enc = self.inner.encode(text, false).map_err(tok_err)?;
+            out.extend_from_slice(enc.get_ids());
+        } else if self.kind == Kind::SentencePiece {
+            self.encode_raw(&text.replace(' ', "\u{2581}"), &mut out)?;
+        } else {
+            self.encode_raw(text, &mut out)?;
+        }
+        Ok(out)
+    }
+
     fn encode_raw(&self, text: &str, out: &mut Vec<u32>) -> Result<()> {
         if text.is_empty() {
             return Ok(());

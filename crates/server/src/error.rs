@@ -215,6 +215,7 @@ impl From<hasten_engine::Error> for Error {
             E::TokenOutOfRange { .. } => Error::bad(e.to_string(), "prompt"),
             E::ZeroMaxTokens => Error::bad(e.to_string(), "max_tokens"),
             E::TooManyLogprobs { .. } => Error::bad(e.to_string(), "top_logprobs"),
+            E::Grammar(_) => Error::bad(e.to_string(), "response_format"),
             E::BadParams(m) => Error::BadRequest {
                 message: m,
                 param: None,

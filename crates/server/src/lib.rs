@@ -12,6 +12,7 @@
 //! counting), [`prom`] (Prometheus text), [`listen`] (the accept loop and connection limits).
 
 pub mod error;
+pub mod format;
 pub mod listen;
 pub mod middleware;
 pub mod params;

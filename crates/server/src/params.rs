@@ -416,6 +416,7 @@ fn plan(
                 logprobs,
                 // A unary answer is read whole: no wake-up per token.
                 deliver_at_end: !stream,
+                grammar: None,
             });
         }
     }
@@ -462,6 +463,7 @@ pub fn plan_chat(
     let mut extra = r.extra.clone();
     let how = ending(&mut extra, &msgs)?;
     let vars = template_kwargs(&mut extra)?;
+    let grammar = crate::format::response_format(&mut extra)?;
     check_extra(&extra, "")?;
     let (stream, include_usage) = stream_flags(&r.sampling)?;
     let logprobs = match (r.logprobs.unwrap_or(false), r.top_logprobs) {
@@ -480,7 +482,7 @@ pub fn plan_chat(
         None => ("max_tokens", r.sampling.max_tokens),
     };
     let flags = (stream, include_usage);
-    plan(
+    let mut p = plan(
         (vec![prompt], "messages"),
         &r.sampling,
         (name, given),
@@ -488,7 +490,9 @@ pub fn plan_chat(
         flags,
         lim,
         sl,
-    )
+    )?;
+    p.specs.iter_mut().for_each(|s| s.grammar = grammar.clone());
+    Ok(p)
 }
 
 fn top_count(n: Option<i64>, name: &str) -> Result<usize> {
@@ -541,7 +545,9 @@ pub fn plan_completion(
     lim: &Limits,
     sl: &ServerLimits,
 ) -> Result<Plan> {
-    check_extra(&r.extra, "")?;
+    let mut extra = r.extra.clone();
+    let grammar = crate::format::response_format(&mut extra)?;
+    check_extra(&extra, "")?;
     let (stream, include_usage) = stream_flags(&r.sampling)?;
     let logprobs = match r.logprobs {
         None => LogprobStyle::None,
@@ -549,7 +555,7 @@ pub fn plan_completion(
     };
     let prompts = completion_prompts(&r.prompt, tok, lim, sl)?;
     let max = ("max_tokens", r.sampling.max_tokens);
-    plan(
+    let mut p = plan(
         (prompts, "prompt"),
         &r.sampling,
         max,
@@ -557,7 +563,9 @@ pub fn plan_completion(
         (stream, include_usage),
         lim,
         sl,
-    )
+    )?;
+    p.specs.iter_mut().for_each(|s| s.grammar = grammar.clone());
+    Ok(p)
 }
 
 #[cfg(test)]
@@ -638,10 +646,6 @@ mod tests {
         assert!(check_extra(&ex(r#"{"echo":false,"best_of":1,"tools":[],"store":true,"response_format":{"type":"text"}}"#), "").is_ok());
         for (j, name) in [
             (r#"{"tools":[{"type":"function"}]}"#, "tools"),
-            (
-                r#"{"response_format":{"type":"json_object"}}"#,
-                "response_format",
-            ),
             (r#"{"echo":true}"#, "echo"),
             (r#"{"frobnicate":1}"#, "frobnicate"),
         ] {

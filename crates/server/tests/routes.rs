@@ -410,7 +410,7 @@ async fn bad_requests_name_their_problem() {
             "tools",
         ),
         (
-            json!({"response_format": {"type": "json_object"}}),
+            json!({"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "fancy"}}}}),
             "response_format",
         ),
         (
