@@ -30,6 +30,19 @@ echo "$out" | grep -q 'data: \[DONE\]' || { echo "streaming example did not end 
 echo "$out" | grep -qi '^server-timing: queue;dur=' || { echo "no Server-Timing header shown" >&2; exit 1; }
 echo "README curl examples: $n commands ran against $addr"
 
+# The structured-output example: its answer's content is JSON with the
+# schema's two keys, whatever the demo model's weights say.
+awk '/<!-- curl-structured -->/{on=1; next} on && /^```/{if (inblock) exit; inblock=1; next} inblock{print}' \
+  "$root/README.md" | sed "s|127.0.0.1:8080|$addr|g" >"$work/structured.sh"
+grep -q '^curl' "$work/structured.sh" || { echo "no structured-output curl example in the README" >&2; exit 1; }
+bash -euo pipefail "$work/structured.sh" | python3 -c '
+import json, sys
+content = json.load(sys.stdin)["choices"][0]["message"]["content"]
+person = json.loads(content)
+assert set(person) == {"name", "age"} and isinstance(person["age"], int), person
+print("README structured-output example answered", content)
+'
+
 # The README's Python example (the first ```python block), if a Python with
 # the openai package was given.
 if [ -n "${OPENAI_PYTHON:-}" ]; then

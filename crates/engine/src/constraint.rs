@@ -31,11 +31,26 @@ pub enum Grammar {
 impl Grammar {
     fn top_level(&self) -> TopLevelGrammar {
         match self {
-            Grammar::JsonSchema(s) => TopLevelGrammar::from_json_schema(s.clone()),
+            Grammar::JsonSchema(s) => TopLevelGrammar::from_json_schema(bounded_whitespace(s)),
             Grammar::Regex(r) => TopLevelGrammar::from_regex(r),
             Grammar::Lark(l) => TopLevelGrammar::from_lark(l.clone()),
         }
     }
+}
+
+/// The schema with whitespace between JSON tokens bounded as llama.cpp's
+/// JSON grammars bound it (one space, or a newline and at most 20 spaces
+/// or tabs), unless the schema sets `x-guidance` itself: unbounded
+/// whitespace lets a small model pad its answer with newlines until
+/// `max_tokens`.
+fn bounded_whitespace(schema: &serde_json::Value) -> serde_json::Value {
+    let mut s = schema.clone();
+    if let Some(o) = s.as_object_mut() {
+        o.entry("x-guidance").or_insert_with(
+            || serde_json::json!({"whitespace_pattern": r"[\x20]|[\x0A][\x20\x09]{0,20}"}),
+        );
+    }
+    s
 }
 
 /// The model's vocabulary as `llguidance` sees it.
