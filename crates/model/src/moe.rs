@@ -33,6 +33,25 @@ pub(crate) struct Expert {
     down: Tensor,
 }
 
+impl Expert {
+    /// `ys = (silu(x·Wg) * x·Wu)·Wd` for the `t` rows of `x` (width
+    /// `dim`), through hidden buffers `gate` and `up` (`t` rows of the
+    /// expert's width each).
+    fn forward(
+        &self,
+        x: &[f32],
+        (gate, up): (&mut [f32], &mut [f32]),
+        ys: &mut [f32],
+        threads: Threads,
+    ) -> Result<()> {
+        matmul(&self.gate.matrix()?, x, gate, threads)?;
+        matmul(&self.up.matrix()?, x, up, threads)?;
+        silu_mul(gate, up);
+        matmul(&self.down.matrix()?, gate, ys, threads)?;
+        Ok(())
+    }
+}
+
 /// A layer's router and experts.
 #[derive(Debug)]
 pub(crate) struct MoeFfn {
@@ -175,12 +194,9 @@ impl MoeFfn {
             for (row, &(j, _)) in xs.chunks_exact_mut(dim).zip(routed) {
                 row.copy_from_slice(&h[j * dim..(j + 1) * dim]);
             }
-            let (gate, up) = (&mut s.gate[..m * eff], &mut s.up[..m * eff]);
-            matmul(&expert.gate.matrix()?, xs, gate, threads)?;
-            matmul(&expert.up.matrix()?, xs, up, threads)?;
-            silu_mul(gate, up);
+            let hidden = (&mut s.gate[..m * eff], &mut s.up[..m * eff]);
             let ys = &mut s.ys[..m * dim];
-            matmul(&expert.down.matrix()?, gate, ys, threads)?;
+            expert.forward(xs, hidden, ys, threads)?;
             for (y, &(j, w)) in ys.chunks_exact(dim).zip(routed) {
                 for (o, v) in out[j * dim..(j + 1) * dim].iter_mut().zip(y) {
                     *o += w * v;
@@ -189,12 +205,8 @@ impl MoeFfn {
         }
         if let Some((e, gate_w)) = &self.shared {
             let sf = self.moe.shared_ffn_dim;
-            let (gate, up) = (&mut s.gate[..t * sf], &mut s.up[..t * sf]);
-            matmul(&e.gate.matrix()?, h, gate, threads)?;
-            matmul(&e.up.matrix()?, h, up, threads)?;
-            silu_mul(gate, up);
             let ys = &mut s.ys[..t * dim];
-            matmul(&e.down.matrix()?, gate, ys, threads)?;
+            e.forward(h, (&mut s.gate[..t * sf], &mut s.up[..t * sf]), ys, threads)?;
             for ((o, y), x) in out
                 .chunks_exact_mut(dim)
                 .zip(ys.chunks_exact(dim))
