@@ -8,25 +8,13 @@ BIN, MODEL, ROUNDS, TOK = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.ar
 T = sys.argv[5] if len(sys.argv) > 5 else "2"
 import os
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
-from ttft_probe import random_tokens
+from ttft_probe import server_tpot
 p = subprocess.Popen([BIN, "serve", "--model", MODEL, "--port", "18600", "-t", T], stderr=subprocess.PIPE, text=True)
 while "listening on" not in p.stderr.readline(): pass
 time.sleep(0.5)
 url = "http://127.0.0.1:18600/v1/completions"
 def serve(stream, seed):
-    body = {"prompt": random_tokens(64, 32000, seed), "max_tokens": TOK, "temperature": 0, "ignore_eos": True, "stream": stream}
-    r = urllib.request.Request(url, json.dumps(body).encode(), {"content-type": "application/json"})
-    timing = None
-    with urllib.request.urlopen(r) as resp:
-        if stream:
-            for line in resp:
-                line = line.strip()
-                if line.startswith(b"data: {"):
-                    d = json.loads(line[6:])
-                    if d.get("timing"): timing = d["timing"]
-        else:
-            timing = json.load(resp).get("timing")
-    return timing["decode_ms"] / (TOK - 1)
+    return server_tpot(url, TOK, stream, seed)
 def run(seed):
     o = subprocess.run([BIN, "run", "--model", MODEL, "--random-prompt", "64", "--seed", str(seed), "-n", str(TOK), "--ignore-eos", "--temperature", "0", "-t", T, "--json-stats"], capture_output=True, text=True)
     return 1e3 / json.loads(o.stderr.strip().splitlines()[-1])["decode_tokens_per_s"]

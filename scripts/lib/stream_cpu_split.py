@@ -4,7 +4,7 @@ streamed, 135m-class model, -t 2. Usage: python3 scripts/lib/stream_cpu_split.py
 BIN MODEL (BENCHMARKS.md, issue 20)."""
 import json, subprocess, sys, time, urllib.request, os, collections
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ttft_probe import random_tokens
+from ttft_probe import server_tpot
 BIN, MODEL, TOK = sys.argv[1], sys.argv[2], 200
 p = subprocess.Popen([BIN, "serve", "--model", MODEL, "--port", "18601", "-t", "2"], stderr=subprocess.PIPE, text=True)
 while "listening on" not in p.stderr.readline(): pass
@@ -21,19 +21,7 @@ def threads():
         out[name] += (int(f[11]) + int(f[12])) / HZ
     return out
 def serve(stream, seed):
-    body = {"prompt": random_tokens(64, 32000, seed), "max_tokens": TOK, "temperature": 0, "ignore_eos": True, "stream": stream}
-    r = urllib.request.Request("http://127.0.0.1:18601/v1/completions", json.dumps(body).encode(), {"content-type": "application/json"})
-    timing = None
-    with urllib.request.urlopen(r) as resp:
-        if stream:
-            for line in resp:
-                line = line.strip()
-                if line.startswith(b"data: {"):
-                    d = json.loads(line[6:])
-                    if d.get("timing"): timing = d["timing"]
-        else:
-            timing = json.load(resp).get("timing")
-    return timing["decode_ms"] / (TOK - 1)
+    return server_tpot("http://127.0.0.1:18601/v1/completions", TOK, stream, seed)
 serve(True, 1)
 for stream in [False, True, False, True]:
     a = threads(); c0 = time.process_time(); w0 = time.time()

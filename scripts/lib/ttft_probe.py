@@ -27,6 +27,26 @@ def random_tokens(n, vocab, seed):
     return out
 
 
+def server_tpot(url, tokens, stream, seed):
+    """TPOT (ms) of one greedy request of `tokens` tokens after a 64-token
+    random prompt, from the server's `timing.decode_ms`, unary or streamed."""
+    body = {"prompt": random_tokens(64, 32000, seed), "max_tokens": tokens, "temperature": 0,
+            "ignore_eos": True, "stream": stream}
+    r = urllib.request.Request(url, json.dumps(body).encode(), {"content-type": "application/json"})
+    timing = None
+    with urllib.request.urlopen(r) as resp:
+        if stream:
+            for line in resp:
+                line = line.strip()
+                if line.startswith(b"data: {"):
+                    d = json.loads(line[6:])
+                    if d.get("timing"):
+                        timing = d["timing"]
+        else:
+            timing = json.load(resp).get("timing")
+    return timing["decode_ms"] / (tokens - 1)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("url")
