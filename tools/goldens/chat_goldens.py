@@ -51,6 +51,32 @@ KWARG_CASES = [
     ("thinking on", [{"role": "user", "content": "Hi"}], True, {"enable_thinking": True}),
 ]
 
+# Tool use, for templates that read `tools`: two functions, then a call and
+# its result (arguments as a dict, as transformers expects; content "" as
+# vLLM and llama.cpp pass a null content; as hasten
+# passes them). Mistral wants 9-character call ids; Llama 3.1 one call a turn.
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "Current weather in a city.",
+        "parameters": {"type": "object", "properties": {
+            "city": {"type": "string", "description": "City name"},
+            "unit": {"type": "string", "enum": ["c", "f"]}}, "required": ["city"]}}},
+    {"type": "function", "function": {
+        "name": "get_time", "description": "Local time in a time zone.",
+        "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}, "required": ["tz"]}}},
+]
+TOOL_TURN = [
+    {"role": "user", "content": "Weather in Paris?"},
+    {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "call12345", "type": "function",
+         "function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}}}]},
+    {"role": "tool", "tool_call_id": "call12345", "name": "get_weather", "content": "{\"temp\": 18}"},
+]
+TOOL_CASES = [
+    ("tools offered", [{"role": "user", "content": "Weather in Paris?"}], True, {"tools": TOOLS}),
+    ("tool call and result", TOOL_TURN, True, {"tools": TOOLS}),
+]
+
 
 def raise_exception(message):
     raise TemplateError(message)
@@ -78,6 +104,8 @@ def main():
             runs = [(l, m, g, None) for l, m, g in CONVERSATIONS]
             # Template variables matter to templates that read them.
             runs += [c for c in KWARG_CASES if any(k in source for k in c[3])]
+            if "tools" in source:
+                runs += TOOL_CASES
             for label, messages, gen, kwargs in runs:
                 case = {"template": name, "label": label, "messages": messages, "add_generation_prompt": gen}
                 if kwargs:

@@ -8,19 +8,38 @@ use crate::{Error, Result};
 use minijinja::{Environment, ErrorKind, Value};
 use serde::Serialize;
 
-/// One chat message. `content` is already flattened to text.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+/// One chat message as a template sees it, the way `transformers` passes
+/// an OpenAI message: `content` already flattened to text (`None` for an
+/// assistant turn that only calls tools), `tool_calls` with each call's
+/// `function.arguments` as an object, `tool_call_id` and `name` on tool
+/// results. Fields a message does not have are undefined in the template.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct Message {
     pub role: String,
-    pub content: String,
+    #[serde(default)]
+    pub content: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<serde_json::Value>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 impl Message {
     pub fn new(role: &str, content: &str) -> Self {
         Message {
             role: role.to_owned(),
-            content: content.to_owned(),
+            content: Some(content.to_owned()),
+            tool_calls: None,
+            tool_call_id: None,
+            name: None,
         }
+    }
+
+    /// The text of the message (empty when it has none).
+    pub fn text(&self) -> &str {
+        self.content.as_deref().unwrap_or("")
     }
 }
 
@@ -29,6 +48,10 @@ pub struct ChatTemplate {
     env: Environment<'static>,
     pub bos_token: String,
     pub eos_token: String,
+    /// How this model writes tool calls, read from the template's text.
+    pub tool_syntax: crate::output::ToolSyntax,
+    /// The template knows thinking blocks (`<think>`).
+    pub thinks: bool,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -104,6 +127,85 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
+/// `tojson` as `transformers` defines it for chat templates: Python's
+/// `json.dumps` (`", "` and `": "` separators, or `","` with `indent`,
+/// keys in their given order unless `sort_keys`, non-ASCII kept, nothing
+/// HTML-escaped), not minijinja's compact, escaped HTML-safe form.
+fn tojson(
+    value: &Value,
+    kwargs: minijinja::value::Kwargs,
+) -> std::result::Result<Value, minijinja::Error> {
+    let indent: Option<usize> = kwargs.get("indent")?;
+    let sort_keys: Option<bool> = kwargs.get("sort_keys")?;
+    let _: Option<bool> = kwargs.get("ensure_ascii")?;
+    kwargs.assert_all_used()?;
+    let v = serde_json::to_value(value)
+        .map_err(|e| minijinja::Error::new(ErrorKind::InvalidOperation, e.to_string()))?;
+    let mut out = String::new();
+    py_dump(&v, indent, sort_keys.unwrap_or(false), 0, &mut out);
+    Ok(Value::from_safe_string(out))
+}
+
+/// Writes `v` as Python's `json.dumps(v, ensure_ascii=False, indent=…)`.
+fn py_dump(
+    v: &serde_json::Value,
+    indent: Option<usize>,
+    sort: bool,
+    depth: usize,
+    out: &mut String,
+) {
+    use serde_json::Value as J;
+    let newline = |out: &mut String, d: usize| {
+        if let Some(n) = indent {
+            out.push('\n');
+            out.extend(std::iter::repeat_n(' ', n * d));
+        }
+    };
+    let sep = if indent.is_some() { "," } else { ", " };
+    match v {
+        J::Array(a) if !a.is_empty() => {
+            out.push('[');
+            for (i, x) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(sep);
+                }
+                newline(out, depth + 1);
+                py_dump(x, indent, sort, depth + 1, out);
+            }
+            newline(out, depth);
+            out.push(']');
+        }
+        J::Object(o) if !o.is_empty() => {
+            let mut items: Vec<_> = o.iter().collect();
+            if sort {
+                items.sort_by(|a, b| a.0.cmp(b.0));
+            }
+            out.push('{');
+            for (i, (k, x)) in items.into_iter().enumerate() {
+                if i > 0 {
+                    out.push_str(sep);
+                }
+                newline(out, depth + 1);
+                out.push_str(&J::String(k.clone()).to_string());
+                out.push_str(": ");
+                py_dump(x, indent, sort, depth + 1, out);
+            }
+            newline(out, depth);
+            out.push('}');
+        }
+        J::Number(n) if n.is_f64() => {
+            let f = n.as_f64().unwrap_or(0.0);
+            // Python writes whole floats as `1.0`.
+            if f.fract() == 0.0 && f.abs() < 1e16 {
+                out.push_str(&format!("{f:.1}"));
+            } else {
+                out.push_str(&n.to_string());
+            }
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
 /// A template error in one line: what and where (`{:#}` would add
 /// minijinja's source excerpt, whose caret drawing can panic on spans that
 /// end before they start, as a fuzzed template found).
@@ -127,12 +229,15 @@ impl ChatTemplate {
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
+        env.add_filter("tojson", tojson);
         env.add_template_owned("chat", source.to_owned())
             .map_err(|e| Error::Template(describe(&e)))?;
         Ok(ChatTemplate {
             env,
             bos_token: bos_token.to_owned(),
             eos_token: eos_token.to_owned(),
+            tool_syntax: crate::output::ToolSyntax::detect(source),
+            thinks: source.contains(crate::output::THINK_OPEN),
         })
     }
 
@@ -199,7 +304,7 @@ impl ChatTemplate {
         let Some(last) = msgs.last_mut() else {
             return Err(Error::Template("no message to continue".into()));
         };
-        last.content.push_str(MARK);
+        last.content.get_or_insert_with(String::new).push_str(MARK);
         let text = self.render_with(&msgs, false, vars)?;
         match text.rfind(MARK) {
             Some(i) => Ok(text[..i].to_owned()),

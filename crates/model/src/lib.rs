@@ -21,6 +21,7 @@ pub mod loader;
 pub mod mmap;
 pub mod moe;
 pub mod naming;
+pub mod output;
 pub mod prompt;
 pub mod safetensors;
 pub mod sampler;
