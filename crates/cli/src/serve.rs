@@ -20,6 +20,10 @@ pub struct Args {
     /// model built into hasten).
     #[arg(long)]
     model: Option<PathBuf>,
+    /// A Jinja chat template file to use instead of the model's (as
+    /// vLLM's and llama-server's --chat-template).
+    #[arg(long)]
+    chat_template: Option<PathBuf>,
     /// The name clients pass as `model` (default: the file name without extension).
     #[arg(long)]
     served_model_name: Option<String>,
@@ -161,6 +165,13 @@ pub fn main(a: Args) -> Result<()> {
     };
     let scheme = if opts.tls.is_some() { "https" } else { "http" };
     let (model, served) = (a.model.clone(), a.served_model_name.clone());
+    let template = match &a.chat_template {
+        Some(f) => Some(
+            std::fs::read_to_string(f)
+                .with_context(|| format!("reading --chat-template {}", f.display()))?,
+        ),
+        None => None,
+    };
     let engine = EngineOptions {
         kv_bytes: a.kv_cache_mib << 20,
         max_running: a.max_running,
@@ -187,7 +198,12 @@ pub fn main(a: Args) -> Result<()> {
         let loader = move || -> std::result::Result<Backend, LoadError> {
             // Resolving may download (hf:): the server already answers probes.
             let (path, default_name) = crate::models::resolve(model.as_deref())?;
-            let b = Backend::load(&path, served.unwrap_or(default_name), &engine)?;
+            let b = Backend::load(
+                &path,
+                served.unwrap_or(default_name),
+                &engine,
+                template.as_deref(),
+            )?;
             // Scripts wait for this line to learn the port (with --port 0);
             // it comes once the model is loaded, so it never precedes a
             // load error.

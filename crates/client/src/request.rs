@@ -212,6 +212,8 @@ pub(crate) struct WireUsage {
     pub completion_tokens: u64,
     #[serde(default)]
     pub prompt_tokens_details: Option<hasten_protocol::PromptTokensDetails>,
+    #[serde(default)]
+    pub completion_tokens_details: Option<hasten_protocol::CompletionTokensDetails>,
 }
 
 impl WireUsage {
@@ -221,6 +223,7 @@ impl WireUsage {
             completion_tokens: self.completion_tokens,
             total_tokens: self.prompt_tokens + self.completion_tokens,
             prompt_tokens_details: self.prompt_tokens_details,
+            completion_tokens_details: self.completion_tokens_details,
         }
     }
 }

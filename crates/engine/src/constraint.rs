@@ -43,7 +43,7 @@ impl Grammar {
 /// or tabs), unless the schema sets `x-guidance` itself: unbounded
 /// whitespace lets a small model pad its answer with newlines until
 /// `max_tokens`.
-fn bounded_whitespace(schema: &serde_json::Value) -> serde_json::Value {
+pub fn bounded_whitespace(schema: &serde_json::Value) -> serde_json::Value {
     let mut s = schema.clone();
     if let Some(o) = s.as_object_mut() {
         o.entry("x-guidance").or_insert_with(

@@ -651,7 +651,15 @@ fn emit_token(
     }
     s.generated += 1;
     m.generated_tokens += 1;
-    let shown = s.stops.push(&s.detok.push(tok.token_bytes(t)));
+    let bytes = tok.token_bytes(t);
+    let piece;
+    let bytes = if bytes.is_empty() && spec.special_text {
+        piece = tok.piece(t);
+        piece.as_bytes()
+    } else {
+        bytes
+    };
+    let shown = s.stops.push(&s.detok.push(bytes));
     s.stop_string_seen = shown.stopped;
     let logprobs = dist.map(|((lse, top), raw)| TokenLogprobs {
         logprob: raw[t as usize] - lse,

@@ -298,17 +298,25 @@ impl Engine {
     pub fn validate(&self, spec: RequestSpec) -> Result<Request> {
         let mut req = Request::validate(spec, &self.limits)?;
         if let Some(g) = &req.spec.grammar {
-            let grammars = self
-                .grammars
-                .get_or_init(|| {
-                    constraint::Grammars::new(self.tokenizer.clone(), self.limits.vocab_size)
-                        .map_err(|e| e.to_string())
-                })
-                .as_ref()
-                .map_err(|e| Error::Config(e.clone()))?;
-            req.constraint = Some(grammars.compile(g)?);
+            req.constraint = Some(self.grammars()?.compile(g)?);
         }
         Ok(req)
+    }
+
+    /// Whether `g` can be enforced (the error says what it cannot have).
+    pub fn check_grammar(&self, g: &constraint::Grammar) -> Result<()> {
+        self.grammars()?.compile(g).map(drop)
+    }
+
+    /// The grammar compiler for this model's vocabulary, built on first use.
+    fn grammars(&self) -> Result<&constraint::Grammars> {
+        self.grammars
+            .get_or_init(|| {
+                constraint::Grammars::new(self.tokenizer.clone(), self.limits.vocab_size)
+                    .map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map_err(|e| Error::Config(e.clone()))
     }
 
     /// Estimated wait before a request arriving now starts computing.

@@ -36,6 +36,10 @@ pub struct RequestSpec {
     pub deliver_at_end: bool,
     /// What the output must match (compiled by [`crate::Engine::validate`]).
     pub grammar: Option<crate::constraint::Grammar>,
+    /// Show control tokens (e.g. Mistral's `[TOOL_CALLS]`) as their
+    /// vocabulary text, as vLLM's `skip_special_tokens: false` does; the
+    /// tokens that end the output never show.
+    pub special_text: bool,
 }
 
 impl RequestSpec {
@@ -52,6 +56,7 @@ impl RequestSpec {
             logprobs: None,
             deliver_at_end: false,
             grammar: None,
+            special_text: false,
         }
     }
 }

@@ -24,6 +24,22 @@ pub struct LoadedModel {
     pub file_bytes: u64,
 }
 
+impl LoadedModel {
+    /// Uses `source` as the chat template instead of the model's (vLLM's
+    /// and llama-server's `--chat-template`), with the vocabulary's BOS and
+    /// EOS texts.
+    pub fn set_template(&mut self, source: &str) -> Result<()> {
+        let t = &self.tokenizer;
+        let text = |id: Option<u32>| id.map(|i| t.piece(i)).unwrap_or_default();
+        self.template = Some(ChatTemplate::new(
+            source,
+            &text(t.bos),
+            &text(t.eos.first().copied()),
+        )?);
+        Ok(())
+    }
+}
+
 /// Loads the model at `path` (a GGUF file, or a checkpoint directory / a
 /// `.safetensors` file inside one).
 pub fn load(path: &Path) -> Result<LoadedModel> {

@@ -41,13 +41,28 @@ pub fn chat_tokens(
     how: Ending,
     vars: &TemplateVars,
 ) -> Result<Vec<u32>> {
-    let text = match how {
-        Ending::Continue => template.render_continuing_with(msgs, vars)?,
-        Ending::Generate => template.render_with(msgs, true, vars)?,
-        Ending::Nothing => template.render_with(msgs, false, vars)?,
-    };
+    let text = chat_text(template, msgs, how, vars)?;
+    rendered_tokens(template, tok, &text)
+}
+
+/// The rendered text of a chat prompt (what [`chat_tokens`] tokenizes).
+pub fn chat_text(
+    template: &ChatTemplate,
+    msgs: &[Message],
+    how: Ending,
+    vars: &TemplateVars,
+) -> Result<String> {
+    match how {
+        Ending::Continue => template.render_continuing_with(msgs, vars),
+        Ending::Generate => template.render_with(msgs, true, vars),
+        Ending::Nothing => template.render_with(msgs, false, vars),
+    }
+}
+
+/// The tokens of a text [`chat_text`] rendered.
+pub fn rendered_tokens(template: &ChatTemplate, tok: &Tokenizer, text: &str) -> Result<Vec<u32>> {
     let has_bos = !template.bos_token.is_empty() && text.starts_with(&template.bos_token);
-    tok.encode(&text, tok.add_bos && !has_bos, true)
+    tok.encode(text, tok.add_bos && !has_bos, true)
 }
 
 /// A raw text prompt (no template): BOS when the tokenizer asks for it,

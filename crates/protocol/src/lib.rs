@@ -99,6 +99,14 @@ pub struct Usage {
     pub total_tokens: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_tokens_details: Option<PromptTokensDetails>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_tokens_details: Option<CompletionTokensDetails>,
+}
+
+/// Output tokens by kind: `reasoning_tokens` were in the thinking block.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompletionTokensDetails {
+    pub reasoning_tokens: u64,
 }
 
 /// hasten's server-side latency breakdown of one choice (milliseconds), as
@@ -157,6 +165,11 @@ pub struct TokenizeRequest {
     /// Add BOS as the model does (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub add_special_tokens: Option<bool>,
+    /// With `messages`: what a chat request renders with (`tools`,
+    /// `chat_template_kwargs`, `add_generation_prompt`,
+    /// `continue_final_message`, `tool_choice`).
+    #[serde(flatten)]
+    pub extra: Extra,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -11,6 +11,7 @@
 //! [`routes`] (handlers), [`middleware`] (request ids, API keys, request
 //! counting), [`prom`] (Prometheus text), [`listen`] (the accept loop and connection limits).
 
+pub mod answer;
 pub mod error;
 pub mod format;
 pub mod listen;
@@ -22,6 +23,7 @@ pub mod routes;
 pub mod serve;
 pub mod streams;
 pub mod tls;
+pub mod tools;
 
 pub use error::{Error, Result};
 pub use routes::router;
@@ -103,16 +105,25 @@ impl Backend {
     }
 
     /// Loads the model at `path` (GGUF file or checkpoint directory),
-    /// takes its chat template (or the fallback), sizes an engine for it
-    /// from `opts` and starts it; `model_id` is the name clients use.
-    /// Logs the start-up line, which names the kernel tier that runs.
-    pub fn load(path: &Path, model_id: String, opts: &EngineOptions) -> Result<Backend> {
+    /// takes its chat template (`template`'s source if given, else the
+    /// model's, else the fallback), sizes an engine for it from `opts` and
+    /// starts it; `model_id` is the name clients use. Logs the start-up
+    /// line, which names the kernel tier that runs.
+    pub fn load(
+        path: &Path,
+        model_id: String,
+        opts: &EngineOptions,
+        template: Option<&str>,
+    ) -> Result<Backend> {
         let t0 = std::time::Instant::now();
         let load_err = |err| Error::Load {
             path: path.to_owned(),
             err,
         };
-        let lm = hasten_model::loader::load(path).map_err(load_err)?;
+        let mut lm = hasten_model::loader::load(path).map_err(load_err)?;
+        if let Some(src) = template {
+            lm.set_template(src).map_err(load_err)?;
+        }
         let template = prompt::template_or_fallback(lm.template).map_err(load_err)?;
         let ec = EngineConfig::for_model(&lm.model, opts);
         let layers = lm.model.config.n_layers;

@@ -6,8 +6,10 @@
 //! blocking pool so tokenization never stalls the async runtime.
 
 use crate::error::{Error, Result};
+use hasten_engine::constraint::Grammar;
 use hasten_engine::{Limits, RequestSpec};
 use hasten_model::chat::{ChatTemplate, Message, TemplateVars, RESERVED_VARS};
+use hasten_model::output::OutputSpec;
 use hasten_model::prompt;
 pub use hasten_model::prompt::Ending;
 use hasten_model::sampler::SamplingParams;
@@ -48,15 +50,24 @@ pub struct Plan {
     /// Usage on every chunk (`stream_options.continuous_usage_stats`).
     pub continuous_usage: bool,
     pub logprobs: LogprobStyle,
+    /// How chat answers split into reasoning, text and tool calls.
+    pub output: Option<OutputSpec>,
+    /// The field a grammar error is about (`response_format` or `tools`).
+    pub grammar_field: &'static str,
+    /// Schemas to check before anything runs (each tool's parameters),
+    /// with the field each is in.
+    pub schemas: Vec<(String, Grammar)>,
 }
 
-/// Fields outside our model that are harmless to ignore.
+/// Fields outside our model that are harmless to ignore (a message's
+/// `reasoning_content`, sent back by clients, is not shown to templates).
 const IGNORED: &[&str] = &[
     "store",
     "metadata",
     "service_tier",
     "user",
     "stream_options",
+    "reasoning_content",
 ];
 
 /// Refuses fields we do not implement unless they hold their neutral value.
@@ -250,20 +261,32 @@ pub fn check_prompt_bytes(
 
 /// Bytes of message text a chat request carries (what the template renders).
 fn chat_bytes(msgs: &[ChatMessage]) -> usize {
+    let calls = |m: &ChatMessage| -> usize {
+        m.tool_calls
+            .iter()
+            .flatten()
+            .map(|c| c.function.arguments.len() + c.function.name.len())
+            .sum()
+    };
     msgs.iter()
-        .map(|m| match &m.content {
-            None => 0,
-            Some(Content::Text(t)) => t.len(),
-            Some(Content::Parts(ps)) => ps
-                .iter()
-                .filter_map(|p| p.text.as_ref())
-                .map(|t| t.len() + 1)
-                .sum(),
+        .map(|m| {
+            calls(m)
+                + match &m.content {
+                    None => 0,
+                    Some(Content::Text(t)) => t.len(),
+                    Some(Content::Parts(ps)) => ps
+                        .iter()
+                        .filter_map(|p| p.text.as_ref())
+                        .map(|t| t.len() + 1)
+                        .sum(),
+                }
         })
         .sum()
 }
 
-/// Message contents flattened to text, roles checked.
+/// Message contents flattened to text, roles checked; an assistant turn's
+/// tool calls with their arguments as objects and a tool result's
+/// `tool_call_id`, as `transformers` templates expect them.
 pub fn chat_messages(msgs: &[ChatMessage]) -> Result<Vec<Message>> {
     if msgs.is_empty() {
         return Err(Error::bad("messages must not be empty", "messages"));
@@ -273,36 +296,65 @@ pub fn chat_messages(msgs: &[ChatMessage]) -> Result<Vec<Message>> {
         check_extra(&m.extra, &format!("messages[{i}]."))?;
         let role = match m.role.as_str() {
             "developer" => "system",
-            r @ ("system" | "user" | "assistant") => r,
+            r @ ("system" | "user" | "assistant" | "tool") => r,
             r => {
                 return Err(Error::bad(
-                    format!("messages[{i}].role {r:?} is not supported (system, developer, user, assistant)"),
+                    format!("messages[{i}].role {r:?} is not supported (system, developer, user, assistant, tool)"),
                     &format!("messages[{i}].role"),
                 ))
             }
         };
-        let text = match &m.content {
-            None => String::new(),
-            Some(Content::Text(t)) => t.clone(),
-            Some(Content::Parts(parts)) => {
-                let mut texts = Vec::new();
-                for (j, p) in parts.iter().enumerate() {
-                    match (p.kind.as_str(), &p.text) {
-                        ("text", Some(t)) => texts.push(t.as_str()),
-                        (kind, _) => {
-                            return Err(Error::unsupported(
-                                &format!("messages[{i}].content[{j}].type"),
-                                &format!("content parts of type {kind:?} (only \"text\" with a \"text\" field)"),
-                            ))
-                        }
-                    }
-                }
-                texts.join("\n")
+        let mut msg = Message::new(role, &message_text(m, i)?);
+        msg.name = m.name.clone();
+        if let Some(calls) = &m.tool_calls {
+            if role != "assistant" {
+                return Err(Error::bad(
+                    format!("messages[{i}].tool_calls: only assistant messages carry tool calls"),
+                    &format!("messages[{i}].tool_calls"),
+                ));
             }
-        };
-        out.push(Message::new(role, &text));
+            msg.tool_calls = Some(calls.iter().map(template_call).collect());
+        }
+        if role == "tool" {
+            msg.tool_call_id = m.tool_call_id.clone();
+        }
+        out.push(msg);
     }
     Ok(out)
+}
+
+/// A call as templates read it: `function.arguments` an object when the
+/// text is JSON (vLLM and llama.cpp do the same), else the text.
+fn template_call(c: &hasten_protocol::chat::ToolCall) -> Value {
+    let args = serde_json::from_str::<Value>(&c.function.arguments)
+        .ok()
+        .filter(Value::is_object)
+        .unwrap_or_else(|| Value::String(c.function.arguments.clone()));
+    serde_json::json!({"id": c.id, "type": c.kind,
+        "function": {"name": c.function.name, "arguments": args}})
+}
+
+/// A message's content as one text (`null` is empty, as vLLM has it).
+fn message_text(m: &ChatMessage, i: usize) -> Result<String> {
+    Ok(match &m.content {
+        None => String::new(),
+        Some(Content::Text(t)) => t.clone(),
+        Some(Content::Parts(parts)) => {
+            let mut texts = Vec::new();
+            for (j, p) in parts.iter().enumerate() {
+                match (p.kind.as_str(), &p.text) {
+                    ("text", Some(t)) => texts.push(t.as_str()),
+                    (kind, _) => return Err(Error::unsupported(
+                        &format!("messages[{i}].content[{j}].type"),
+                        &format!(
+                            "content parts of type {kind:?} (only \"text\" with a \"text\" field)"
+                        ),
+                    )),
+                }
+            }
+            texts.join("\n")
+        }
+    })
 }
 
 /// The request's `chat_template_kwargs` (vLLM's and llama-server's name;
@@ -357,22 +409,26 @@ pub fn ending(extra: &mut Extra, msgs: &[Message]) -> Result<Ending> {
 }
 
 /// Renders and tokenizes a chat prompt through the one prompt builder
-/// ([`hasten_model::prompt::chat_tokens`]); messages the template refuses
-/// are a bad request naming `messages`.
+/// ([`hasten_model::prompt`]); messages the template refuses are a bad
+/// request naming `messages`. Also says whether the prompt leaves a
+/// thinking block open.
 pub fn chat_prompt(
     msgs: &[Message],
     template: &ChatTemplate,
     tok: &Tokenizer,
     how: Ending,
     vars: &TemplateVars,
-) -> Result<Vec<u32>> {
-    prompt::chat_tokens(template, tok, msgs, how, vars).map_err(|e| match e {
+) -> Result<(Vec<u32>, bool)> {
+    let err = |e| match e {
         hasten_model::Error::Template(m) => Error::bad(
             format!("the chat template could not render these messages: chat template: {m}"),
             "messages",
         ),
         e => Error::Internal(e.to_string()),
-    })
+    };
+    let text = prompt::chat_text(template, msgs, how, vars).map_err(err)?;
+    let tokens = prompt::rendered_tokens(template, tok, &text).map_err(err)?;
+    Ok((tokens, hasten_model::output::opens_thinking(&text)))
 }
 
 /// The plan of a request: one spec per prompt and choice. `max` is the
@@ -417,6 +473,7 @@ fn plan(
                 // A unary answer is read whole: no wake-up per token.
                 deliver_at_end: !stream,
                 grammar: None,
+                special_text: false,
             });
         }
     }
@@ -430,6 +487,9 @@ fn plan(
                 .and_then(|o| o.continuous_usage_stats)
                 .unwrap_or(false),
         logprobs: style,
+        output: None,
+        grammar_field: "response_format",
+        schemas: Vec::new(),
     })
 }
 
@@ -443,6 +503,30 @@ fn stream_flags(s: &Sampling) -> Result<(bool, bool)> {
         ));
     }
     Ok((stream, usage.unwrap_or(false)))
+}
+
+/// What a chat prompt is rendered from: the messages, how the prompt
+/// ends, the template variables (`chat_template_kwargs` and the `tools`
+/// shown to the model) and the request's tools; the fields used are taken
+/// out of `extra`. Chat requests and `/tokenize` share it.
+#[allow(clippy::type_complexity)]
+pub fn template_input(
+    messages: &[ChatMessage],
+    extra: &mut Extra,
+) -> Result<(
+    Vec<Message>,
+    Ending,
+    TemplateVars,
+    Option<crate::tools::Tools>,
+)> {
+    let msgs = chat_messages(messages)?;
+    let how = ending(extra, &msgs)?;
+    let mut vars = template_kwargs(extra)?;
+    let tools = crate::tools::take(extra)?;
+    if let Some(list) = tools.as_ref().and_then(|t| t.for_template()) {
+        vars.insert("tools".into(), list);
+    }
+    Ok((msgs, how, vars, tools))
 }
 
 pub fn plan_chat(
@@ -459,11 +543,9 @@ pub fn plan_chat(
         sl,
         "messages",
     )?;
-    let msgs = chat_messages(&r.messages)?;
     let mut extra = r.extra.clone();
-    let how = ending(&mut extra, &msgs)?;
-    let vars = template_kwargs(&mut extra)?;
-    let grammar = crate::format::response_format(&mut extra)?;
+    let (msgs, how, vars, tools) = template_input(&r.messages, &mut extra)?;
+    let answer = crate::format::response_format(&mut extra)?;
     check_extra(&extra, "")?;
     let (stream, include_usage) = stream_flags(&r.sampling)?;
     let logprobs = match (r.logprobs.unwrap_or(false), r.top_logprobs) {
@@ -476,7 +558,7 @@ pub fn plan_chat(
         (false, None) => LogprobStyle::None,
         (true, n) => LogprobStyle::Chat(top_count(n, "top_logprobs")?),
     };
-    let prompt = chat_prompt(&msgs, template, tok, how, &vars)?;
+    let (prompt, thinking) = chat_prompt(&msgs, template, tok, how, &vars)?;
     let (name, given) = match r.max_completion_tokens {
         Some(m) => ("max_completion_tokens", Some(m)),
         None => ("max_tokens", r.sampling.max_tokens),
@@ -491,7 +573,33 @@ pub fn plan_chat(
         lim,
         sl,
     )?;
-    p.specs.iter_mut().for_each(|s| s.grammar = grammar.clone());
+    let syntax = template.tool_syntax;
+    let reading = tools
+        .as_ref()
+        .filter(|t| t.choice != crate::tools::Choice::None);
+    let grammar = match reading {
+        Some(t) => t.grammar(syntax, tok, answer.as_ref())?,
+        None => answer,
+    };
+    p.output = Some(OutputSpec {
+        thinking: template.thinks.then_some(thinking),
+        tools: reading.map(|t| (syntax, t.names.clone())),
+        single_call: reading.is_some_and(|t| !t.parallel),
+    });
+    if let Some(t) = reading {
+        p.grammar_field = "tools";
+        p.schemas = t.schemas().collect();
+    }
+    // Calls written with control tokens (Mistral's `[TOOL_CALLS]`) must
+    // reach the parser as text.
+    let special = reading.is_some()
+        && tok
+            .token_id(syntax.marker())
+            .is_some_and(|id| tok.token_bytes(id).is_empty());
+    for s in &mut p.specs {
+        s.grammar = grammar.clone();
+        s.special_text = special;
+    }
     Ok(p)
 }
 

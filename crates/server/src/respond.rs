@@ -2,14 +2,16 @@
 //! ([`StreamEncoder`]: events in, frames out, no I/O) and the whole
 //! response of a non-streaming request ([`Collected`] per choice).
 
+use crate::answer::{self, Whole};
 use crate::params::LogprobStyle;
 use hasten_engine::{Event, Finish, TokenEvent};
+use hasten_model::output::{OutputSpec, OutputStream};
 use hasten_protocol::chat::{
-    AssistantMessage, ChatChoice, ChatCompletion, ChatCompletionChunk, ChatLogprobs, ChunkChoice,
-    Delta, TokenLogprob, TopLogprob,
+    ChatChoice, ChatCompletion, ChatCompletionChunk, ChatLogprobs, ChunkChoice, Delta,
+    TokenLogprob, TopLogprob,
 };
 use hasten_protocol::completions::{Completion, CompletionChoice, CompletionLogprobs};
-use hasten_protocol::{ErrorBody, PromptTokensDetails, Timing, Usage};
+use hasten_protocol::{CompletionTokensDetails, ErrorBody, PromptTokensDetails, Timing, Usage};
 use std::sync::Arc;
 
 /// Which endpoint's shapes to produce.
@@ -50,7 +52,7 @@ pub fn timing_of(f: &Finish) -> Timing {
 
 /// Usage summed over choices; a prompt shared by `n` choices counts once
 /// per distinct prompt (OpenAI counts the prompt once).
-fn usage_of(fins: &[(usize, &Finish)], n_per_prompt: usize) -> Usage {
+fn usage_of(fins: &[(usize, &Finish)], n_per_prompt: usize, reasoning: Option<u64>) -> Usage {
     let mut u = Usage::default();
     let mut cached = 0;
     for &(i, f) in fins {
@@ -63,6 +65,9 @@ fn usage_of(fins: &[(usize, &Finish)], n_per_prompt: usize) -> Usage {
     u.total_tokens = u.prompt_tokens + u.completion_tokens;
     u.prompt_tokens_details = Some(PromptTokensDetails {
         cached_tokens: cached,
+    });
+    u.completion_tokens_details = reasoning.map(|r| CompletionTokensDetails {
+        reasoning_tokens: r,
     });
     u
 }
@@ -105,6 +110,8 @@ struct ChoiceState {
     tokens: u64,
     failed: bool,
     text_len: usize,
+    /// Splits a chat answer into reasoning, text and tool calls.
+    parts: Option<OutputStream>,
 }
 
 /// The SSE stream of one response with `n` choices.
@@ -119,6 +126,8 @@ pub struct StreamEncoder {
     text: TokenText,
     choices: Vec<ChoiceState>,
     done: bool,
+    /// Chat answers are split into parts.
+    split: bool,
 }
 
 impl StreamEncoder {
@@ -141,7 +150,19 @@ impl StreamEncoder {
             text,
             choices: vec![ChoiceState::default(); choices],
             done: false,
+            split: false,
         }
+    }
+
+    /// Splits each chat answer into reasoning, text and tool calls.
+    pub fn with_output(mut self, spec: &OutputSpec) -> Self {
+        if self.kind == Kind::Chat {
+            self.split = true;
+            for c in &mut self.choices {
+                c.parts = Some(OutputStream::new(spec.clone()));
+            }
+        }
+        self
     }
 
     /// Puts usage (tokens so far) on every chunk, vLLM's
@@ -172,6 +193,7 @@ impl StreamEncoder {
                     let delta = Delta {
                         role: Some("assistant".into()),
                         content: Some(String::new()),
+                        ..Delta::default()
                     };
                     self.chat_chunk(i, delta, None, None, None)
                 })
@@ -195,17 +217,29 @@ impl StreamEncoder {
             }
             Event::Token(t) => {
                 self.choices[i].tokens = t.index as u64 + 1;
-                if !t.text.is_empty() || self.logprobs != LogprobStyle::None {
+                if self.choices[i].parts.is_some() {
+                    out.extend(self.parts(i, &t.text, Some(&t), false));
+                } else if !t.text.is_empty() || self.logprobs != LogprobStyle::None {
                     out.push(self.content(i, &t.text, Some(&t)));
                 }
             }
             Event::Finished(f) => {
                 self.choices[i].tokens = f.output_tokens as u64;
-                if !f.text.is_empty() {
+                let mut reason = f.reason.as_openai().to_owned();
+                if let Some(p) = &self.choices[i].parts {
+                    let called = p.called();
+                    out.extend(self.parts(i, &f.text, None, true));
+                    let called = called
+                        || self.choices[i]
+                            .parts
+                            .as_ref()
+                            .is_some_and(OutputStream::called);
+                    reason = answer::finish_reason(&reason, called);
+                } else if !f.text.is_empty() {
                     out.push(self.content(i, &f.text, None));
                 }
                 let timing = Some(timing_of(&f));
-                let reason = Some(f.reason.as_openai().to_owned());
+                let reason = Some(reason);
                 out.push(match self.kind {
                     Kind::Chat => self.chat_chunk(i, Delta::default(), None, reason, timing),
                     Kind::Completion => {
@@ -249,7 +283,14 @@ impl StreamEncoder {
                 .enumerate()
                 .filter_map(|(i, c)| c.finish.as_ref().map(|f| (i, f)))
                 .collect();
-            let usage = Some(usage_of(&fins, self.n_per_prompt));
+            let reasoning = self.split.then(|| {
+                self.choices
+                    .iter()
+                    .filter_map(|c| c.parts.as_ref())
+                    .map(|p| p.reasoning_tokens() as u64)
+                    .sum()
+            });
+            let usage = Some(usage_of(&fins, self.n_per_prompt, reasoning));
             out.push(Frame::Data(match self.kind {
                 Kind::Chat => json(&ChatCompletionChunk {
                     id: self.head.id.clone(),
@@ -275,6 +316,30 @@ impl StreamEncoder {
         out
     }
 
+    /// The chunks of one token's text (or the final text, `last`) of a
+    /// split chat answer; the token's logprobs ride on the first.
+    fn parts(&mut self, i: usize, text: &str, t: Option<&TokenEvent>, last: bool) -> Vec<Frame> {
+        let Some(p) = self.choices[i].parts.as_mut() else {
+            return Vec::new();
+        };
+        let mut pieces = p.push(text);
+        if last {
+            pieces.extend(p.finish());
+        }
+        let mut lp = t
+            .and_then(|t| chat_logprob(t, &self.text))
+            .map(|l| ChatLogprobs { content: vec![l] });
+        let mut out = Vec::with_capacity(pieces.len());
+        for piece in pieces {
+            let d = answer::delta(piece, &self.head.id, i);
+            out.push(self.chat_chunk(i, d, lp.take(), None, None));
+        }
+        if let Some(lp) = lp {
+            out.push(self.chat_chunk(i, Delta::default(), Some(lp), None, None));
+        }
+        out
+    }
+
     fn content(&mut self, i: usize, text: &str, t: Option<&TokenEvent>) -> Frame {
         let offset = self.choices[i].text_len;
         self.choices[i].text_len += text.len();
@@ -284,8 +349,8 @@ impl StreamEncoder {
                     .and_then(|t| chat_logprob(t, &self.text))
                     .map(|l| ChatLogprobs { content: vec![l] });
                 let delta = Delta {
-                    role: None,
                     content: Some(text.to_owned()),
+                    ..Delta::default()
                 };
                 self.chat_chunk(i, delta, lp, None, None)
             }
@@ -422,29 +487,50 @@ fn reason(c: &Collected) -> Option<String> {
     c.finish.as_ref().map(|f| f.reason.as_openai().to_owned())
 }
 
+/// The whole answer of one choice, split when `output` says so.
+fn whole(c: &Collected, output: Option<&OutputSpec>, id: &str, i: usize) -> Whole {
+    match output {
+        Some(spec) => {
+            let last = c.finish.as_ref().map(|f| f.text.as_str());
+            let texts = c.tokens.iter().map(|t| t.text.as_str()).chain(last);
+            Whole::of(spec, texts, id, i)
+        }
+        None => Whole {
+            content: c.text.clone(),
+            ..Whole::default()
+        },
+    }
+}
+
 pub fn chat_response(
     head: Header,
     choices: &[Collected],
     n_per_prompt: usize,
     style: LogprobStyle,
     text: &TokenText,
+    output: Option<&OutputSpec>,
 ) -> ChatCompletion {
+    let wholes: Vec<Whole> = choices
+        .iter()
+        .enumerate()
+        .map(|(i, c)| whole(c, output, &head.id, i))
+        .collect();
+    let reasoning = output.map(|_| wholes.iter().map(|w| w.reasoning_tokens as u64).sum());
     ChatCompletion {
+        usage: usage_of(&finished(choices), n_per_prompt, reasoning),
         id: head.id,
         object: "chat.completion".into(),
         created: head.created,
         model: head.model,
-        usage: usage_of(&finished(choices), n_per_prompt),
         timing: overall_timing(choices),
         choices: choices
             .iter()
+            .zip(wholes)
             .enumerate()
-            .map(|(i, c)| ChatChoice {
+            .map(|(i, (c, w))| ChatChoice {
                 index: i as u32,
-                message: AssistantMessage {
-                    role: "assistant".into(),
-                    content: Some(c.text.clone()),
-                },
+                finish_reason: reason(c).map(|r| answer::finish_reason(&r, !w.calls.is_empty())),
+                message: w.message(),
                 logprobs: (style != LogprobStyle::None).then(|| ChatLogprobs {
                     content: c
                         .tokens
@@ -452,7 +538,6 @@ pub fn chat_response(
                         .filter_map(|t| chat_logprob(t, text))
                         .collect(),
                 }),
-                finish_reason: reason(c),
             })
             .collect(),
     }
@@ -470,7 +555,7 @@ pub fn completion_response(
         object: "text_completion".into(),
         created: head.created,
         model: head.model,
-        usage: Some(usage_of(&finished(choices), n_per_prompt)),
+        usage: Some(usage_of(&finished(choices), n_per_prompt, None)),
         timing: overall_timing(choices),
         choices: choices
             .iter()

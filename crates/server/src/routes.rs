@@ -217,8 +217,33 @@ async fn complete<R: DeserializeOwned + Send + 'static>(
     // Choices per prompt: usage counts each prompt once, as OpenAI does.
     let n_per_prompt = n.unwrap_or(1).max(1) as usize;
     let (b2, sl) = (b.clone(), st.cfg.limits);
-    let plan = blocking(move || plan(&req, &b2, &sl)).await?;
-    run(st, b, rid, kind, plan, n_per_prompt).await
+    let field = match kind {
+        Kind::Chat => "messages",
+        Kind::Completion => "prompt",
+    };
+    // Planning, tokenizing and compiling grammars all run here, off the
+    // async threads.
+    let (plan, reqs) = blocking(move || {
+        let mut p = plan(&req, &b2, &sl)?;
+        let grammar_err = |e: hasten_engine::Error, at: &str| match e {
+            hasten_engine::Error::Grammar(m) => Error::bad(format!("{at}: {m}"), at),
+            e => Error::from(e).in_prompt_field(field),
+        };
+        for (at, g) in &p.schemas {
+            b2.engine.check_grammar(g).map_err(|e| grammar_err(e, at))?;
+        }
+        let reqs = std::mem::take(&mut p.specs)
+            .into_iter()
+            .map(|s| {
+                b2.engine
+                    .validate(s)
+                    .map_err(|e| grammar_err(e, p.grammar_field))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok((p, reqs))
+    })
+    .await?;
+    run(st, b, rid, kind, (plan, reqs), n_per_prompt).await
 }
 
 async fn chat(
@@ -290,7 +315,7 @@ async fn run(
     b: Arc<Backend>,
     rid: RequestId,
     kind: Kind,
-    plan: Plan,
+    (plan, reqs): (Plan, Vec<hasten_engine::Request>),
     n_per_prompt: usize,
 ) -> Result<Response> {
     if plan.stream && st.replays.contains(&rid.0) {
@@ -305,17 +330,9 @@ async fn run(
     }
     let position = b.engine.waiting();
     let eta = b.engine.queue_eta();
-    let mut streams = Vec::with_capacity(plan.specs.len());
-    let prompt_tokens: Vec<u64> = plan.specs.iter().map(|s| s.prompt.len() as u64).collect();
-    let field = match kind {
-        Kind::Chat => "messages",
-        Kind::Completion => "prompt",
-    };
-    for spec in plan.specs {
-        let req = b
-            .engine
-            .validate(spec)
-            .map_err(|e| Error::from(e).in_prompt_field(field))?;
+    let mut streams = Vec::with_capacity(reqs.len());
+    let prompt_tokens: Vec<u64> = reqs.iter().map(|r| r.spec().prompt.len() as u64).collect();
+    for req in reqs {
         // On an error the streams already submitted are dropped: cancelled.
         streams.push(b.engine.submit(req)?);
     }
@@ -343,6 +360,10 @@ async fn run(
             enc.with_continuous_usage(prompt_tokens)
         } else {
             enc
+        };
+        let enc = match &plan.output {
+            Some(o) => enc.with_output(o),
+            None => enc,
         };
         let first = vec![Frame::Comment(format!(
             "queued position={position} eta_ms={}",
@@ -378,6 +399,7 @@ async fn run(
             n_per_prompt,
             plan.logprobs,
             &text,
+            plan.output.as_ref(),
         ))
         .into_response(),
         Kind::Completion => Json(respond::completion_response(
@@ -463,14 +485,17 @@ async fn tokenize(
     let tokens = blocking(move || {
         let tok = &b2.tokenizer;
         let special = req.add_special_tokens.unwrap_or(true);
+        let mut extra = req.extra.clone();
         match (&req.prompt, &req.messages) {
-            (Some(p), None) => tok
-                .encode(p, special && tok.add_bos, false)
-                .map_err(|e| Error::Internal(e.to_string())),
+            (Some(p), None) => {
+                params::check_extra(&extra, "")?;
+                tok.encode(p, special && tok.add_bos, false)
+                    .map_err(|e| Error::Internal(e.to_string()))
+            }
             (None, Some(m)) => {
-                let msgs = params::chat_messages(m)?;
-                let how = params::ending(&mut Default::default(), &msgs)?;
-                params::chat_prompt(&msgs, &b2.template, tok, how, &Default::default())
+                let (msgs, how, vars, _) = params::template_input(m, &mut extra)?;
+                params::check_extra(&extra, "")?;
+                params::chat_prompt(&msgs, &b2.template, tok, how, &vars).map(|(t, _)| t)
             }
             _ => Err(Error::bad(
                 "give exactly one of prompt and messages",

@@ -406,8 +406,19 @@ async fn bad_requests_name_their_problem() {
             "top_logprobs",
         ),
         (
-            json!({"tools": [{"type": "function", "function": {"name": "f"}}]}),
-            "tools",
+            json!({"tools": [{"type": "function", "function": {"name": "f"}}],
+                   "tool_choice": {"type": "function", "function": {"name": "g"}}}),
+            "tool_choice",
+        ),
+        (
+            json!({"tools": [{"type": "function", "function": {"name": "f",
+                   "parameters": {"type": "fancy"}}}]}),
+            "tools[0].function.parameters",
+        ),
+        (
+            json!({"tools": [{"type": "function", "function": {"name": "f"}}],
+                   "tool_choice": "required", "response_format": {"type": "json_object"}}),
+            "response_format",
         ),
         (
             json!({"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "fancy"}}}}),
@@ -419,8 +430,13 @@ async fn bad_requests_name_their_problem() {
         ),
         (json!({"messages": []}), "messages"),
         (
-            json!({"messages": [{"role": "tool", "content": "x"}]}),
+            json!({"messages": [{"role": "function", "content": "x"}]}),
             "messages[0].role",
+        ),
+        (
+            json!({"messages": [{"role": "user", "content": "x", "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}]}),
+            "messages[0].tool_calls",
         ),
         (
             json!({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}),

@@ -140,8 +140,8 @@ fn deepseek_r1_answers_start_inside_the_block() {
     // Cut off while thinking: all of it is reasoning.
     let cut = run(&spec, "Let me see </thi", 2);
     assert_eq!(cut.reasoning, "Let me see </thi");
-    assert_eq!(opens_thinking("<|Assistant|><think>\n"), true);
-    assert_eq!(opens_thinking("<think>\n\n</think>\n\n"), false);
+    assert!(opens_thinking("<|Assistant|><think>\n"));
+    assert!(!opens_thinking("<think>\n\n</think>\n\n"));
     // No block at all: all of it is the answer.
     let spec = OutputSpec {
         thinking: Some(false),

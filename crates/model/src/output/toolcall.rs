@@ -297,10 +297,6 @@ fn calls(
 mod tests {
     use super::*;
 
-    fn names() -> Vec<String> {
-        vec!["get_weather".into(), "get_time".into()]
-    }
-
     #[test]
     fn templates_name_their_syntax() {
         assert_eq!(
