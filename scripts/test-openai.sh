@@ -14,12 +14,12 @@ if [ ! -x "$venv/bin/python" ]; then
     # No venv module (Debian without python3-venv): a plain target folder.
     rm -rf "$venv"
     mkdir -p "$venv/bin"
-    python3 -m pip install --quiet --disable-pip-version-check --target "$venv/lib" "openai>=1.50,<3"
+    python3 -m pip install --quiet --disable-pip-version-check --target "$venv/lib" "openai>=1.50,<3" "jsonschema>=4,<5"
     printf '#!/bin/sh\nPYTHONPATH="%s/lib" exec python3 "$@"\n' "$root/$venv" >"$venv/bin/python"
     chmod +x "$venv/bin/python"
   }
 fi
-[ -x "$venv/bin/pip" ] && "$venv/bin/pip" install --quiet --disable-pip-version-check "openai>=1.50,<3"
+[ -x "$venv/bin/pip" ] && "$venv/bin/pip" install --quiet --disable-pip-version-check "openai>=1.50,<3" "jsonschema>=4,<5"
 
 # The test profile (optimized, see Cargo.toml) shares `cargo test`'s build.
 cargo build --profile test --quiet -p hasten

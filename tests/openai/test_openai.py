@@ -4,8 +4,11 @@ Starts real servers on loopback ports (`hasten serve --port 0`) over a tiny
 synthetic model and checks what users of the OpenAI SDK rely on: chat and
 completions, streaming and not, include_usage, n > 1, stop strings,
 reproducible seeds, structured output (`parse` with Pydantic models,
-json_schema, the regex extension), errors raised as the SDK's exception classes, and a
-stream over HTTPS (`--tls-cert`) with a private CA.
+json_schema over 20 application schemas validated with `jsonschema`, the
+regex extension), tool calling (required and named choices, streamed deltas
+that assemble to the unary call, a two-step tool loop) and reasoning
+content on a server given Qwen3's real template, errors raised as the SDK's
+exception classes, and a stream over HTTPS (`--tls-cert`) with a private CA.
 
 Run through scripts/test-openai.sh, which installs the package and builds
 the model; it needs HASTEN_BIN, HASTEN_MODEL and HASTEN_TEST_PKI (a folder with
@@ -20,6 +23,9 @@ import time
 import unittest
 import urllib.request
 
+import json
+
+import jsonschema
 import openai
 
 BIN = os.environ["HASTEN_BIN"]
@@ -74,10 +80,15 @@ class Server:
 TRUST = ssl.create_default_context(cafile=os.path.join(PKI, "ca.pem"))
 
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+QWEN3 = os.path.join(HERE, "..", "..", "crates", "model", "tests", "chat-templates", "Qwen-Qwen3-0.6B.jinja")
+
+
 def setUpModule():
-    global SERVER, FULL, HTTPS
+    global SERVER, FULL, HTTPS, AGENT
     SERVER = Server("--api-key", KEY)
     FULL = Server("--max-running", "1", "--max-waiting", "0")
+    AGENT = Server("--chat-template", QWEN3)
     HTTPS = Server(
         "--tls-cert",
         os.path.join(PKI, "cert.pem"),
@@ -91,6 +102,7 @@ def tearDownModule():
     SERVER.stop()
     FULL.stop()
     HTTPS.stop()
+    AGENT.stop()
 
 
 MSG = [{"role": "user", "content": "Hello there"}]
@@ -296,6 +308,145 @@ class StructuredOutput(unittest.TestCase):
             self.assertEqual(e.exception.body["param"], "response_format", fmt)
 
 
+class ApplicationSchemas(unittest.TestCase):
+    """json_schema answers validate for 20 schemas of real applications."""
+
+    def test_every_answer_validates(self):
+        from concurrent.futures import ThreadPoolExecutor
+
+        with open(os.path.join(HERE, "schemas.json")) as f:
+            schemas = {k: v for k, v in json.load(f).items() if not k.startswith("_")}
+        self.assertEqual(len(schemas), 20)
+        c = SERVER.client()
+
+        def ask(item):
+            name, schema = item
+            r = c.chat.completions.create(
+                model="tiny", messages=MSG, max_tokens=450, temperature=1.0, seed=len(name),
+                response_format={"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}},
+            )
+            return name, schema, r.choices[0]
+
+        with ThreadPoolExecutor(8) as pool:
+            for name, schema, ch in pool.map(ask, schemas.items()):
+                self.assertEqual(ch.finish_reason, "stop", f"{name}: {ch.message.content}")
+                jsonschema.validate(json.loads(ch.message.content), schema)
+
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather in a city.", "strict": True,
+    "parameters": {"type": "object", "additionalProperties": False, "required": ["city", "unit"],
+                   "properties": {"city": {"type": "string", "maxLength": 12}, "unit": {"enum": ["c", "f"]}}}}}
+CLOCK = {"type": "function", "function": {
+    "name": "get_time", "description": "Local time in a time zone.",
+    "parameters": {"type": "object", "additionalProperties": False, "required": ["tz"],
+                   "properties": {"tz": {"type": "string", "pattern": "^[A-Z][a-z]{2,8}/[A-Z][a-z]{2,8}$"}}}}}
+TOOLS = [WEATHER, CLOCK]
+SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+ASK = [{"role": "user", "content": "What's the weather in Paris, and the time there?"}]
+
+
+class ToolCalls(unittest.TestCase):
+    """Qwen3's template (Hermes <tool_call> syntax, thinking blocks)."""
+
+    def setUp(self):
+        self.c = AGENT.client()
+
+    def create(self, **kw):
+        # The tiny model's context is 512 tokens; the prompt with tools ~350.
+        args = dict(model="tiny", messages=ASK, tools=TOOLS, max_tokens=140, temperature=1.0)
+        args.update(kw)
+        return self.c.chat.completions.create(**args)
+
+    def check_calls(self, calls):
+        self.assertTrue(calls)
+        for call in calls:
+            self.assertTrue(call.id.startswith("call_"))
+            self.assertEqual(call.type, "function")
+            jsonschema.validate(json.loads(call.function.arguments), SCHEMAS[call.function.name])
+
+    def test_required_calls_are_valid_unary_and_streamed_alike(self):
+        for seed in (1, 2, 3):
+            r = self.create(tool_choice="required", seed=seed)
+            ch = r.choices[0]
+            self.assertEqual(ch.finish_reason, "tool_calls")
+            self.assertIsNone(ch.message.content)
+            self.check_calls(ch.message.tool_calls)
+            # The same request streamed: deltas assemble to the same calls.
+            calls, finish, names_seen = {}, None, 0
+            for chunk in self.create(tool_choice="required", seed=seed, stream=True):
+                for c in chunk.choices:
+                    finish = c.finish_reason or finish
+                    for d in c.delta.tool_calls or []:
+                        if d.id is not None:
+                            names_seen += 1
+                            calls[d.index] = {"id": d.id, "name": d.function.name, "arguments": ""}
+                        else:
+                            self.assertIsNone(d.function.name)
+                        calls[d.index]["arguments"] += d.function.arguments or ""
+            self.assertEqual(finish, "tool_calls")
+            self.assertEqual(names_seen, len(calls))
+            unary = [(t.function.name, t.function.arguments) for t in ch.message.tool_calls]
+            self.assertEqual([(calls[i]["name"], calls[i]["arguments"]) for i in sorted(calls)], unary)
+
+    def test_named_choice_and_one_call_only(self):
+        for seed in (4, 5):
+            r = self.create(tool_choice={"type": "function", "function": {"name": "get_time"}},
+                            parallel_tool_calls=False, seed=seed)
+            calls = r.choices[0].message.tool_calls
+            self.check_calls(calls)
+            self.assertEqual([c.function.name for c in calls], ["get_time"])
+
+    def test_a_tool_loop_call_result_answer(self):
+        r = self.create(tool_choice={"type": "function", "function": {"name": "get_weather"}}, seed=6)
+        msg = r.choices[0].message
+        call = msg.tool_calls[0]
+        history = ASK + [msg.model_dump(exclude_none=True),
+                         {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"temp_c": 18})}]
+        final = self.create(messages=history, tool_choice="none", max_tokens=8, seed=7)
+        self.assertIn(final.choices[0].finish_reason, ("stop", "length"))
+        self.assertIsNone(final.choices[0].message.tool_calls)
+        # The template showed the result to the model: /tokenize agrees.
+        def count(**body):
+            req = urllib.request.Request(AGENT.url + "/tokenize", json.dumps(dict(model="tiny", **body)).encode(),
+                                         {"content-type": "application/json"})
+            with urllib.request.urlopen(req) as t:
+                return json.load(t)["count"]
+
+        # /tokenize shows what the model is shown: the tools cost tokens,
+        # the call and its result are in the prompt, and tool_choice none
+        # leaves the tools out.
+        self.assertLess(count(messages=history), count(messages=history, tools=TOOLS))
+        self.assertLess(count(messages=ASK), count(messages=history))
+        self.assertEqual(final.usage.prompt_tokens, count(messages=history))
+
+    def test_reasoning_is_split_from_the_answer(self):
+        fmt = {"type": "regex", "regex": "<think>[a-z]{3,12}</think>\n\n[a-z]{2,8}"}
+        r = self.create(tools=None, response_format=fmt, seed=8, max_tokens=60)
+        m = r.choices[0].message
+        self.assertRegex(m.model_extra["reasoning_content"], r"^[a-z]{3,12}$")
+        self.assertRegex(m.content, r"^[a-z]{2,8}$")
+        self.assertGreater(r.usage.completion_tokens_details.reasoning_tokens, 0)
+        self.assertLess(r.usage.completion_tokens_details.reasoning_tokens, r.usage.completion_tokens)
+        text, thought = "", ""
+        for chunk in self.create(tools=None, response_format=fmt, seed=8, max_tokens=60, stream=True):
+            for c in chunk.choices:
+                text += c.delta.content or ""
+                thought += (c.delta.model_extra or {}).get("reasoning_content") or ""
+        self.assertEqual((thought, text), (m.model_extra["reasoning_content"], m.content))
+
+    def test_bad_tools_are_a_400_naming_the_field(self):
+        for kw, param in [
+            (dict(tool_choice={"type": "function", "function": {"name": "nope"}}), "tool_choice"),
+            (dict(tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "fancy"}}}]),
+             "tools[0].function.parameters"),
+            (dict(tools=[{"type": "function", "function": {"name": "bad name"}}]), "tools[0].function.name"),
+        ]:
+            with self.assertRaises(openai.BadRequestError) as e:
+                self.create(**kw)
+            self.assertEqual(e.exception.body["param"], param, kw)
+
+
 class Errors(unittest.TestCase):
     def test_bad_request(self):
         c = SERVER.client()
@@ -308,9 +459,9 @@ class Errors(unittest.TestCase):
         with self.assertRaises(openai.BadRequestError) as e:
             c.chat.completions.create(
                 model="tiny", messages=MSG,
-                tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}],
+                tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "fancy"}}}],
             )
-        self.assertEqual(e.exception.body["param"], "tools")
+        self.assertEqual(e.exception.body["param"], "tools[0].function.parameters")
 
     def test_unknown_model(self):
         with self.assertRaises(openai.NotFoundError):
