@@ -43,8 +43,34 @@ assert set(person) == {"name", "age"} and isinstance(person["age"], int), person
 print("README structured-output example answered", content)
 '
 
-# The README's Python example (the first ```python block), if a Python with
-# the openai package was given.
+# The tool-calling example: a required call to the one tool, whose
+# arguments match its parameters.
+block() {
+  awk -v m="<!-- $1 -->" '$0 == m {on=1; next} on && /^```/{if (inblock) exit; inblock=1; next} inblock{print}' \
+    "$root/README.md" | sed "s|127.0.0.1:8080|$addr|g"
+}
+block curl-tools >"$work/tools.sh"
+grep -q '^curl' "$work/tools.sh" || { echo "no tool-calling curl example in the README" >&2; exit 1; }
+bash -euo pipefail "$work/tools.sh" | python3 -c '
+import json, sys
+ch = json.load(sys.stdin)["choices"][0]
+calls = ch["message"]["tool_calls"]
+assert ch["finish_reason"] == "tool_calls" and len(calls) == 1, ch
+args = json.loads(calls[0]["function"]["arguments"])
+assert calls[0]["function"]["name"] == "get_weather" and set(args) == {"city"}, calls
+print("README tool-calling example called", calls[0]["function"]["name"], args)
+'
+# The reasoning example: the usage counts reasoning tokens.
+block curl-reasoning >"$work/reasoning.sh"
+bash -euo pipefail "$work/reasoning.sh" | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+assert "reasoning_tokens" in r["usage"]["completion_tokens_details"], r
+print("README reasoning example answered", json.dumps(r["choices"][0]["message"]))
+'
+
+# The README's Python examples (the first ```python block, and the one
+# after <!-- python-tools -->), if a Python with the openai package was given.
 if [ -n "${OPENAI_PYTHON:-}" ]; then
   awk '/^```python/{on=1; next} on && /^```/{exit} on{print}' "$root/README.md" \
     | sed "s|127.0.0.1:8080|$addr|g" >"$work/example.py"
@@ -52,6 +78,12 @@ if [ -n "${OPENAI_PYTHON:-}" ]; then
   said=$("$OPENAI_PYTHON" "$work/example.py")
   [ -n "$said" ] || { echo "the README's python example printed nothing" >&2; exit 1; }
   echo "README python example printed: $said"
+  awk '/<!-- python-tools -->/{on=1; next} on && /^```python/{inblock=1; next} inblock && /^```/{exit} inblock{print}' \
+    "$root/README.md" | sed "s|127.0.0.1:8080|$addr|g" >"$work/tools.py"
+  [ -s "$work/tools.py" ] || { echo "no python tool-calling example in the README" >&2; exit 1; }
+  said=$("$OPENAI_PYTHON" "$work/tools.py")
+  echo "$said" | head -1 | grep -q '^get_weather {' || { echo "python tool example printed: $said" >&2; exit 1; }
+  echo "README python tool example printed: $said"
 fi
 kill -TERM $pid
 wait $pid

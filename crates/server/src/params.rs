@@ -344,12 +344,14 @@ fn message_text(m: &ChatMessage, i: usize) -> Result<String> {
             for (j, p) in parts.iter().enumerate() {
                 match (p.kind.as_str(), &p.text) {
                     ("text", Some(t)) => texts.push(t.as_str()),
-                    (kind, _) => return Err(Error::unsupported(
-                        &format!("messages[{i}].content[{j}].type"),
-                        &format!(
+                    (kind, _) => {
+                        return Err(Error::unsupported(
+                            &format!("messages[{i}].content[{j}].type"),
+                            &format!(
                             "content parts of type {kind:?} (only \"text\" with a \"text\" field)"
                         ),
-                    )),
+                        ))
+                    }
                 }
             }
             texts.join("\n")
