@@ -1,10 +1,13 @@
 //! `hasten complete`: one request from arguments or stdin, for scripts.
 //! The text goes to stdout as it streams; `--stats` reports where the time
 //! went on stderr; `--json` prints one object instead. A failure after
-//! output began keeps the text printed and exits 1.
+//! output began keeps the text printed and exits 1. `--json-schema FILE`
+//! asks for an answer matching the schema, checks it against the schema
+//! here (the same compiler the server masks with), and prints the object
+//! on one line, or fails saying where it stops matching.
 
 use crate::remote::{report, Gen, Remote};
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use hasten_client::{Output, Request};
 use hasten_protocol::completions::{CompletionRequest, Prompt};
 use std::io::{Read, Write};
@@ -32,6 +35,11 @@ pub struct Args {
     /// Print a JSON object (text, finish_reason, usage, stats) instead of the text.
     #[arg(long)]
     json: bool,
+    /// Ask for a JSON answer matching the JSON Schema in this file
+    /// (`response_format` json_schema, strict); the answer is checked
+    /// against it and printed as one line of JSON.
+    #[arg(long, value_name = "FILE")]
+    json_schema: Option<std::path::PathBuf>,
 }
 
 pub fn main(args: Args) -> Result<()> {
@@ -56,7 +64,20 @@ async fn run(args: &Args, prompt: String) -> Result<()> {
     let model = args.remote.model(&client).await;
     let stream = !args.no_stream;
     let sampling = args.gen.sampling(stream);
-    let req: Request = if args.raw {
+    let schema = match &args.json_schema {
+        Some(f) => {
+            let text = std::fs::read_to_string(f)
+                .with_context(|| format!("reading --json-schema {}", f.display()))?;
+            let v: serde_json::Value = serde_json::from_str(&text)
+                .with_context(|| format!("{} is not JSON", f.display()))?;
+            let name = f
+                .file_stem()
+                .map_or("schema".into(), |s| s.to_string_lossy().into_owned());
+            Some((name, v))
+        }
+        None => None,
+    };
+    let mut req: Request = if args.raw {
         CompletionRequest {
             model,
             prompt: Prompt::Text(prompt),
@@ -67,12 +88,17 @@ async fn run(args: &Args, prompt: String) -> Result<()> {
     } else {
         Request::chat_with(model, args.system.as_deref(), &prompt, sampling)
     };
+    if let Some((name, v)) = &schema {
+        req = req.json_schema(name, v.clone());
+    }
+    // A structured answer is printed once checked, not as it streams.
+    let echo = !args.json && schema.is_none();
     let mut stdout = std::io::stdout();
     let result = if stream {
         let mut s = client.stream(req);
         let r = loop {
             match s.next().await {
-                Ok(Some(d)) if !args.json && d.choice == 0 => {
+                Ok(Some(d)) if echo && d.choice == 0 => {
                     stdout.write_all(d.text.as_bytes())?;
                     stdout.flush()?;
                 }
@@ -85,7 +111,7 @@ async fn run(args: &Args, prompt: String) -> Result<()> {
     } else {
         match client.send(req).await {
             Ok(out) => {
-                if !args.json {
+                if echo {
                     stdout.write_all(out.text().as_bytes())?;
                 }
                 (out, Ok(()))
@@ -94,12 +120,22 @@ async fn run(args: &Args, prompt: String) -> Result<()> {
         }
     };
     let (out, r) = result;
+    if let (Some((_, v)), Ok(())) = (&schema, &r) {
+        let g = hasten_engine::constraint::Grammar::JsonSchema(v.clone());
+        hasten_engine::constraint::check_text(&g, out.text()).map_err(|e| {
+            anyhow::anyhow!("the answer does not match the schema: {e}\n{}", out.text())
+        })?;
+        let obj: serde_json::Value = serde_json::from_str(out.text())?;
+        if !args.json {
+            println!("{obj}");
+        }
+    }
     if args.json {
         println!(
             "{}",
             serde_json::to_string_pretty(&json(&out, r.as_ref().err()))?
         );
-    } else if !out.text().ends_with('\n') && !out.text().is_empty() {
+    } else if echo && !out.text().ends_with('\n') && !out.text().is_empty() {
         println!();
     }
     if args.stats {
@@ -113,6 +149,8 @@ fn json(out: &Output, err: Option<&hasten_client::Error>) -> serde_json::Value {
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
     serde_json::json!({
         "text": out.text(),
+        "reasoning": out.choices.first().map(|c| c.reasoning.as_str()).filter(|r| !r.is_empty()),
+        "tool_calls": out.choices.first().map(|c| &c.tool_calls).filter(|t| !t.is_empty()),
         "finish_reason": out.choices.first().and_then(|c| c.finish_reason.clone()),
         "usage": out.usage,
         "error": err.map(|e| e.to_string()),

@@ -203,3 +203,109 @@ fn hasten_chat_keeps_a_conversation_and_ctrl_c_stops_an_answer() {
     s.send("/quit\r").unwrap();
     s.expect(expectrl::Eof).unwrap();
 }
+
+fn weather_call() -> Request {
+    let mut r = greedy(200);
+    r.set(
+        "tools",
+        serde_json::json!([{"type": "function", "function": {"name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 8}},
+                "required": ["city"], "additionalProperties": false}}}]),
+    );
+    r.set("tool_choice", serde_json::json!("required"));
+    r.set("parallel_tool_calls", serde_json::json!(false));
+    r
+}
+
+#[tokio::test]
+async fn tool_calls_assemble_alike_streamed_unary_and_resumed() {
+    let server = Serve::start(&[]);
+    let c = client(server.url(), OnBreak::Fail);
+    let unary = c.send(weather_call()).await.unwrap();
+    let calls = &unary.choices[0].tool_calls;
+    assert_eq!(calls.len(), 1, "{unary:?}");
+    assert_eq!(calls[0].function.name, "get_weather");
+    let args: serde_json::Value = serde_json::from_str(&calls[0].function.arguments).unwrap();
+    assert!(args["city"].is_string(), "{args}");
+    assert_eq!(
+        unary.choices[0].finish_reason.as_deref(),
+        Some("tool_calls")
+    );
+    let streamed = c.stream(weather_call()).collect().await.unwrap();
+    let names_args = |o: &hasten_client::Output| -> Vec<(String, String)> {
+        o.choices[0]
+            .tool_calls
+            .iter()
+            .map(|t| (t.function.name.clone(), t.function.arguments.clone()))
+            .collect()
+    };
+    assert_eq!(names_args(&streamed), names_args(&unary));
+    assert!(streamed.choices[0].tool_calls[0].id.starts_with("call_"));
+    // Cut mid-call: a resume replays the rest exactly once; a continuation
+    // (which cannot send a partial call back) fails with what arrived.
+    let proxy = Proxy::start(
+        &server.addr,
+        Faults {
+            cut_first_after_events: Some(4),
+            ..Faults::default()
+        },
+    );
+    let resumed = client(proxy.url(), OnBreak::Resume)
+        .stream(weather_call())
+        .collect()
+        .await
+        .unwrap();
+    assert_eq!(names_args(&resumed), names_args(&unary));
+    assert_eq!(resumed.stats.resumes, 1, "{resumed:?} {unary:?}");
+    let forgetful = Serve::start(&["--resume-grace", "0"]);
+    let proxy = Proxy::start(
+        &forgetful.addr,
+        Faults {
+            cut_first_after_events: Some(4),
+            ..Faults::default()
+        },
+    );
+    let failed = client(proxy.url(), OnBreak::Continue)
+        .stream(weather_call())
+        .collect()
+        .await
+        .unwrap_err();
+    let partial = &failed.partial.choices[0].tool_calls;
+    assert_eq!(partial.len(), 1);
+    assert!(calls[0]
+        .function
+        .arguments
+        .starts_with(&partial[0].function.arguments));
+    assert_eq!(failed.partial.stats.continuations, 0);
+}
+
+#[test]
+fn complete_json_schema_prints_a_checked_object() {
+    let server = Serve::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let schema = dir.path().join("person.json");
+    std::fs::write(
+        &schema,
+        r#"{"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
+            "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+            "required": ["name", "age"], "additionalProperties": false}"#,
+    )
+    .unwrap();
+    let url = server.url();
+    let o = common::hasten(&[
+        "complete",
+        "--url",
+        &url,
+        "--json-schema",
+        schema.to_str().unwrap(),
+        "A person",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8(o.stdout).unwrap();
+    assert_eq!(out.lines().count(), 1, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        v["name"].is_string() && v["age"].as_u64().unwrap() <= 120,
+        "{v}"
+    );
+}

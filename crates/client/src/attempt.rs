@@ -191,7 +191,8 @@ async fn status_error(resp: reqwest::Response, deadline: Deadline) -> Error {
 }
 
 /// Sends a streaming attempt and reads until its first output event (text,
-/// a `finish_reason`, `[DONE]`), which stays buffered in the returned
+/// reasoning or a tool call, a `finish_reason`, `[DONE]`), which stays
+/// buffered in the returned
 /// connection with everything before it.
 pub(crate) async fn to_first_output(
     inner: Arc<Inner>,
@@ -269,9 +270,13 @@ fn is_output(data: &str) -> Result<bool, Error> {
     if let Some(e) = &w.error {
         return Err(Error::Stream(Box::new(crate::request::error_body(e))));
     }
-    Ok(w.choices
-        .iter()
-        .any(|c| !c.text().is_empty() || c.finish_reason.is_some()))
+    Ok(w.choices.iter().any(|c| {
+        let parts = c.part().is_some_and(|p| {
+            p.tool_calls.as_ref().is_some_and(|t| !t.is_empty())
+                || p.reasoning_content.as_ref().is_some_and(|r| !r.is_empty())
+        });
+        !c.text().is_empty() || parts || c.finish_reason.is_some()
+    }))
 }
 
 /// Which attempt of a hedged pair produced the output.

@@ -266,6 +266,9 @@ impl Client {
                 choices.resize(i + 1, ChoiceOutput::default());
             }
             choices[i].text = c.text().to_string();
+            if let Some(p) = c.part() {
+                choices[i].absorb(p);
+            }
             choices[i].finish_reason = c.finish_reason.clone();
         }
         let usage = w.usage.map(|u| u.usage());

@@ -58,6 +58,27 @@ impl Request {
         })
     }
 
+    /// Sets a body field beyond the typed ones (`tools`, `tool_choice`,
+    /// `response_format`, `chat_template_kwargs`, ...).
+    pub fn set(&mut self, field: &str, value: Value) {
+        let extra = match self {
+            Request::Chat(r) => &mut r.extra,
+            Request::Completion(r) => &mut r.extra,
+        };
+        extra.insert(field.to_owned(), value);
+    }
+
+    /// Asks for an answer matching a JSON Schema (`response_format`
+    /// `json_schema`, strict).
+    pub fn json_schema(mut self, name: &str, schema: Value) -> Self {
+        self.set(
+            "response_format",
+            serde_json::json!({"type": "json_schema",
+                "json_schema": {"name": name, "schema": schema, "strict": true}}),
+        );
+        self
+    }
+
     pub(crate) fn path(&self) -> &'static str {
         match self {
             Request::Chat(_) => "chat/completions",
@@ -190,6 +211,11 @@ pub(crate) struct WireChoice {
 }
 
 impl WireChoice {
+    /// The message or delta (chat).
+    pub fn part(&self) -> Option<&WireText> {
+        self.delta.as_ref().or(self.message.as_ref())
+    }
+
     pub fn text(&self) -> &str {
         let t = self.delta.as_ref().or(self.message.as_ref());
         t.and_then(|t| t.content.as_deref())
@@ -202,6 +228,29 @@ impl WireChoice {
 pub(crate) struct WireText {
     #[serde(default)]
     pub content: Option<String>,
+    #[serde(default)]
+    pub reasoning_content: Option<String>,
+    #[serde(default)]
+    pub tool_calls: Option<Vec<WireCall>>,
+}
+
+/// A tool call, whole (a message's) or a piece of one (a delta's).
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct WireCall {
+    #[serde(default)]
+    pub index: Option<u32>,
+    #[serde(default)]
+    pub id: Option<String>,
+    #[serde(default)]
+    pub function: WireFunction,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct WireFunction {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub arguments: Option<String>,
 }
 
 #[derive(Debug, Default, Clone, Copy, Deserialize)]

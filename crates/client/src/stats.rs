@@ -4,6 +4,7 @@
 //! ICL (per event), E2E, TPOT, plus what the client did to get the answer
 //! (attempts, retries, hedges, resumes, continuations).
 
+use hasten_protocol::chat::{FunctionCall, ToolCall};
 use hasten_protocol::{Timing, Usage};
 use std::time::Duration;
 
@@ -20,9 +21,55 @@ pub struct Delta {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ChoiceOutput {
     pub text: String,
+    /// `reasoning_content`, put together from its deltas.
+    pub reasoning: String,
+    /// Tool calls, put together from their deltas (id and name from the
+    /// first piece of each index, arguments appended) or taken whole.
+    pub tool_calls: Vec<ToolCall>,
     pub finish_reason: Option<String>,
     /// hasten's server-side breakdown for this choice, when sent.
     pub timing: Option<Timing>,
+}
+
+impl ChoiceOutput {
+    /// Adds a chat message's or delta's reasoning and tool calls (its text
+    /// is the caller's: continuations may trim it). True if it had any.
+    pub(crate) fn absorb(&mut self, part: &crate::request::WireText) -> bool {
+        let mut any = false;
+        if let Some(r) = part.reasoning_content.as_deref().filter(|r| !r.is_empty()) {
+            self.reasoning.push_str(r);
+            any = true;
+        }
+        for c in part.tool_calls.iter().flatten() {
+            any = true;
+            // A message's calls have no index: they come whole, in order.
+            let i = c.index.map_or(self.tool_calls.len(), |i| i as usize);
+            if i >= self.tool_calls.len() {
+                self.tool_calls.resize(
+                    i + 1,
+                    ToolCall {
+                        id: String::new(),
+                        kind: "function".into(),
+                        function: FunctionCall {
+                            name: String::new(),
+                            arguments: String::new(),
+                        },
+                    },
+                );
+            }
+            let t = &mut self.tool_calls[i];
+            if let Some(id) = &c.id {
+                t.id.clone_from(id);
+            }
+            if let Some(n) = &c.function.name {
+                t.function.name.push_str(n);
+            }
+            if let Some(a) = &c.function.arguments {
+                t.function.arguments.push_str(a);
+            }
+        }
+        any
+    }
 }
 
 /// The answer: text per choice, usage, stats.

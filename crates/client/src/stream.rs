@@ -297,7 +297,15 @@ impl Streaming {
                 return Ok(());
             }
         }
-        if policy != OnBreak::Continue {
+        // A continuation re-sends the text as an assistant turn; reasoning
+        // and tool calls cannot be sent back that way, so such an answer
+        // fails with what arrived rather than lose or repeat any of it.
+        let parts = self
+            .out
+            .choices
+            .iter()
+            .any(|c| !c.reasoning.is_empty() || !c.tool_calls.is_empty());
+        if policy != OnBreak::Continue || parts {
             return Err(reason);
         }
         let text = self.out.text().to_string();
@@ -362,7 +370,8 @@ impl Streaming {
             if i == 0 {
                 text = self.through_seam(text);
             }
-            if !text.is_empty() {
+            let parts = c.part().is_some_and(|p| self.out.choices[i].absorb(p));
+            if !text.is_empty() || parts {
                 // ICL: gaps between events that carry output text.
                 if !icl_recorded {
                     icl_recorded = true;

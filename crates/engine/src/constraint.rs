@@ -30,7 +30,14 @@ pub enum Grammar {
 
 impl Grammar {
     fn top_level(&self) -> TopLevelGrammar {
+        self.top_level_with(true)
+    }
+
+    /// `bounded`: JSON whitespace as [`bounded_whitespace`] has it, else
+    /// any (checking another server's pretty-printed JSON).
+    fn top_level_with(&self, bounded: bool) -> TopLevelGrammar {
         match self {
+            Grammar::JsonSchema(s) if !bounded => TopLevelGrammar::from_json_schema(s.clone()),
             Grammar::JsonSchema(s) => TopLevelGrammar::from_json_schema(bounded_whitespace(s)),
             Grammar::Regex(r) => TopLevelGrammar::from_regex(r),
             Grammar::Lark(l) => TopLevelGrammar::from_lark(l.clone()),
@@ -121,6 +128,70 @@ impl Grammars {
     }
 }
 
+/// Single bytes as a vocabulary (ids 0..=255, end of text 256), for
+/// checking a finished text without a model.
+struct ByteVocab {
+    trie: TokTrie,
+}
+
+impl TokenizerEnv for ByteVocab {
+    fn tok_trie(&self) -> &TokTrie {
+        &self.trie
+    }
+
+    fn tokenize_bytes(&self, s: &[u8]) -> Vec<TokenId> {
+        s.iter().map(|&b| b as TokenId).collect()
+    }
+}
+
+/// Whether `text` matches `g` as a whole (checked byte by byte with the
+/// same compiler the engine masks with): how a client checks a structured
+/// answer from any server. The error says where the text stops matching.
+pub fn check_text(g: &Grammar, text: &str) -> Result<()> {
+    static FACTORY: std::sync::OnceLock<std::result::Result<ParserFactory, String>> =
+        std::sync::OnceLock::new();
+    let factory = FACTORY
+        .get_or_init(|| {
+            let mut words: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
+            words.push(vec![TokTrie::SPECIAL_TOKEN_MARKER, b'<', b'e', b'>']);
+            let info = TokRxInfo::new(257, 256);
+            let env: TokEnv = Arc::new(ByteVocab {
+                trie: TokTrie::from(&info, &words),
+            });
+            let mut f = ParserFactory::new_simple(&env).map_err(|e| e.to_string())?;
+            f.quiet();
+            Ok(f)
+        })
+        .as_ref()
+        .map_err(|e| Error::Config(format!("grammar support: {e}")))?;
+    let parser = factory
+        .create_parser(g.top_level_with(false))
+        .map_err(|e| Error::Grammar(e.to_string()))?;
+    let mut m = Matcher::new(Ok(parser));
+    if let Some(e) = m.get_error() {
+        return Err(Error::Grammar(e));
+    }
+    let bytes: Vec<TokenId> = text.bytes().map(TokenId::from).collect();
+    let ok = m
+        .validate_tokens(&bytes)
+        .map_err(|e| Error::Grammar(e.to_string()))?;
+    if ok < bytes.len() {
+        return Err(Error::Grammar(format!(
+            "the text stops matching at byte {ok}: {:?}",
+            text.get(ok.saturating_sub(20)..ok.min(text.len()) + 1)
+                .unwrap_or("")
+        )));
+    }
+    m.consume_tokens(&bytes)
+        .map_err(|e| Error::Grammar(e.to_string()))?;
+    match m.is_accepting() {
+        Ok(true) => Ok(()),
+        _ => Err(Error::Grammar(
+            "the text ends before the grammar does".into(),
+        )),
+    }
+}
+
 /// One sequence's position in its grammar.
 #[derive(Clone)]
 pub struct Constraint {
@@ -177,6 +248,19 @@ mod tests {
             .filter(|&i| logits[i as usize] == 0.0)
             .map(|i| String::from_utf8_lossy(tok.token_bytes(i)).into_owned())
             .collect()
+    }
+
+    #[test]
+    fn finished_texts_are_checked_byte_by_byte() {
+        let g = Grammar::JsonSchema(serde_json::json!({"type": "object",
+            "properties": {"n": {"type": "integer", "maximum": 9}}, "required": ["n"]}));
+        check_text(&g, r#"{"n": 7}"#).unwrap();
+        check_text(&g, "{\n                                    \"n\":7\n}").unwrap();
+        let e = check_text(&g, r#"{"n": 17}"#).unwrap_err().to_string();
+        assert!(e.contains("stops matching"), "{e}");
+        assert!(check_text(&g, r#"{"n": 7"#).is_err());
+        assert!(check_text(&Grammar::Regex("[a-c]+".into()), "abcab").is_ok());
+        assert!(check_text(&Grammar::Regex("[a-c]+".into()), "abd").is_err());
     }
 
     /// Masks follow the token bytes, SentencePiece's leading spaces

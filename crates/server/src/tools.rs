@@ -243,7 +243,10 @@ impl Tools {
                        "required": ["name", l.args_key], "additionalProperties": false})
             })
             .collect();
-        let call = bounded_whitespace(&json!({"anyOf": objects}));
+        // Calls are written on one line in every family's template (and so
+        // in training): at most one space between JSON tokens.
+        let call = json!({"anyOf": objects,
+            "x-guidance": {"whitespace_pattern": r"[\x20]?"}});
         let lit = |text: &str| lark_literal(text, syntax, tok);
         let (open, close) = match l.list {
             true => (format!("{} \"[\"", lit(l.open)), "\"]\"".to_owned()),
