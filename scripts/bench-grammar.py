@@ -1,12 +1,14 @@
 """What a response_format grammar costs: single-stream TPOT (server-side
 `timing.decode_ms`) with no grammar, a JSON-schema mask (inside a long
-string, so every step is masked) and a regex, interleaved rounds; and the
-time to first token of a request with a large schema (its compile time)
-against none. Usage:
-  python3 scripts/bench-grammar.py BIN MODEL [ROUNDS] [TOKENS] [THREADS]
+string, so every step is masked) and a regex, interleaved rounds, with
+STREAMS requests at once (each its own grammar); and the time to first
+token of a request with a large schema (its compile time) against none.
+Usage:
+  python3 scripts/bench-grammar.py BIN MODEL [ROUNDS] [TOKENS] [THREADS] [STREAMS]
 (BENCHMARKS.md, issue 23)."""
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 import statistics
 import subprocess
 import sys
@@ -17,6 +19,7 @@ BIN, MODEL = sys.argv[1], sys.argv[2]
 ROUNDS = int(sys.argv[3]) if len(sys.argv) > 3 else 4
 TOK = int(sys.argv[4]) if len(sys.argv) > 4 else 128
 T = sys.argv[5] if len(sys.argv) > 5 else "2"
+STREAMS = int(sys.argv[6]) if len(sys.argv) > 6 else 1
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 from ttft_probe import random_tokens  # noqa: E402
 
@@ -64,11 +67,14 @@ seed = 10
 for r in range(ROUNDS):
     for k, fmt in ([("none", None), ("json", LONG_STRING), ("regex", REGEX)] if r % 2 == 0
                    else [("regex", REGEX), ("json", LONG_STRING), ("none", None)]):
-        seed += 1
-        timing, n, _ = request(fmt, seed, TOK)
-        res[k].append(timing["decode_ms"] / max(n - 1, 1))
+        seeds = list(range(seed + 1, seed + 1 + STREAMS))
+        seed += STREAMS
+        with ThreadPoolExecutor(STREAMS) as pool:
+            for timing, n, _ in pool.map(lambda s, fmt=fmt: request(fmt, s, TOK), seeds):
+                res[k].append(timing["decode_ms"] / max(n - 1, 1))
 med = {k: statistics.median(v) for k, v in res.items()}
-print("TPOT ms per round:", {k: [round(x, 3) for x in v] for k, v in res.items()})
+print(f"{STREAMS} stream(s) at once")
+print("TPOT ms per request:", {k: [round(x, 3) for x in v] for k, v in res.items()})
 print("medians ms:", {k: round(v, 3) for k, v in med.items()},
       "json/none %.3f regex/none %.3f" % (med["json"] / med["none"], med["regex"] / med["none"]))
 ttft = {"none": [], "big schema": []}

@@ -192,6 +192,20 @@ pub fn check_text(g: &Grammar, text: &str) -> Result<()> {
     }
 }
 
+/// The tokens a grammar allows at one position.
+pub struct Mask(llguidance::toktrie::SimpleVob);
+
+impl Mask {
+    /// Sets every logit the mask does not allow to minus infinity.
+    pub fn apply(&self, logits: &mut [f32]) {
+        for (t, l) in logits.iter_mut().enumerate() {
+            if !self.0.is_allowed(t as TokenId) {
+                *l = f32::NEG_INFINITY;
+            }
+        }
+    }
+}
+
 /// One sequence's position in its grammar.
 #[derive(Clone)]
 pub struct Constraint {
@@ -208,13 +222,18 @@ impl Constraint {
     /// Sets every logit the grammar does not allow next to minus infinity;
     /// an error if the grammar has failed.
     pub fn mask(&mut self, logits: &mut [f32]) -> std::result::Result<(), String> {
-        let allowed = self.m.compute_mask_or_eos().map_err(|e| e.to_string())?;
-        for (t, l) in logits.iter_mut().enumerate() {
-            if !allowed.is_allowed(t as TokenId) {
-                *l = f32::NEG_INFINITY;
-            }
-        }
+        let m = self.next_mask()?;
+        m.apply(logits);
         Ok(())
+    }
+
+    /// The tokens the grammar allows next (computed apart from applying
+    /// it, so that the engine can compute it beside the forward pass).
+    pub fn next_mask(&mut self) -> std::result::Result<Mask, String> {
+        self.m
+            .compute_mask_or_eos()
+            .map(Mask)
+            .map_err(|e| e.to_string())
     }
 
     /// Follows the sampled token.

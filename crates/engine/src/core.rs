@@ -60,6 +60,9 @@ pub struct Seq {
     held: Vec<Event>,
     /// The request's grammar, followed token by token.
     constraint: Option<crate::constraint::Constraint>,
+    /// The grammar's mask for the next sample, computed beside the
+    /// forward pass that produces its logits.
+    mask: Option<std::result::Result<crate::constraint::Mask, String>>,
 }
 
 impl Seq {
@@ -88,6 +91,7 @@ impl Seq {
             preemptions: 0,
             stop_string_seen: false,
             held: Vec::new(),
+            mask: None,
         }
     }
 
@@ -423,6 +427,18 @@ impl Core {
 
     /// Runs the forward pass over `plan`, then samples and emits.
     fn run(&mut self, plan: &[Chunk]) -> hasten_model::Result<()> {
+        // The grammar masks of the sequences sampled after this pass are
+        // computed on a helper thread while it runs: they depend only on
+        // the tokens already chosen, not on the logits.
+        let mut grammars: Vec<(usize, crate::constraint::Constraint)> = Vec::new();
+        for c in plan {
+            let s = &mut self.running[c.seq];
+            if s.computed + c.len == s.tokens.len() {
+                if let Some(g) = s.constraint.take() {
+                    grammars.push((c.seq, g));
+                }
+            }
+        }
         self.tables.resize_with(plan.len(), Vec::new);
         for (t, c) in self.tables.iter_mut().zip(plan) {
             t.clear();
@@ -442,9 +458,34 @@ impl Core {
             })
             .collect();
         let wants: Vec<bool> = batch.iter().map(|b| b.want_logits).collect();
-        let logits =
-            self.model
-                .forward(&batch, &mut self.kv, &mut self.scratch, self.cfg.threads)?;
+        let (logits, masks) = std::thread::scope(|sc| {
+            let helper = (!grammars.is_empty()).then(|| {
+                sc.spawn(|| {
+                    grammars
+                        .iter_mut()
+                        .map(|(_, g)| g.next_mask())
+                        .collect::<Vec<_>>()
+                })
+            });
+            let logits =
+                self.model
+                    .forward(&batch, &mut self.kv, &mut self.scratch, self.cfg.threads);
+            let masks = helper.map(|h| h.join());
+            (logits, masks)
+        });
+        drop(batch);
+        let masks = match masks {
+            Some(Ok(m)) => m,
+            Some(Err(_)) => (0..grammars.len())
+                .map(|_| Err("the grammar mask failed".to_owned()))
+                .collect(),
+            None => Vec::new(),
+        };
+        for ((i, g), m) in grammars.into_iter().zip(masks) {
+            self.running[i].constraint = Some(g);
+            self.running[i].mask = Some(m);
+        }
+        let logits = logits?;
         let now = Instant::now();
         let vocab = self.model.config.vocab_size;
         let mut row = 0;
@@ -627,8 +668,10 @@ fn emit_token(
     // The grammar's mask, before sampling; a grammar that fails ends the
     // output where it stands (a finished grammar allows only EOS).
     if let Some(c) = s.constraint.as_mut() {
-        if c.mask(logits).is_err() {
-            return Some(FinishReason::Stop);
+        let mask = s.mask.take().unwrap_or_else(|| c.next_mask());
+        match mask {
+            Ok(m) => m.apply(logits),
+            Err(_) => return Some(FinishReason::Stop),
         }
     }
     let t = s.sampler.sample(logits, &s.tokens);
