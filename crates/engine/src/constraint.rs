@@ -198,12 +198,82 @@ pub struct Mask(llguidance::toktrie::SimpleVob);
 impl Mask {
     /// Sets every logit the mask does not allow to minus infinity.
     pub fn apply(&self, logits: &mut [f32]) {
-        for (t, l) in logits.iter_mut().enumerate() {
-            if !self.0.is_allowed(t as TokenId) {
+        // Word by word: whole words of allowed tokens are skipped.
+        self.0.iter_unset_entries(|t| {
+            if let Some(l) = logits.get_mut(t) {
                 *l = f32::NEG_INFINITY;
             }
+        });
+        // Rows past the mask (padding of the output matrix) are never allowed.
+        for l in logits.iter_mut().skip(self.0.len()) {
+            *l = f32::NEG_INFINITY;
         }
     }
+}
+
+/// Grammars of one step, each with the sequence it belongs to.
+pub type StepGrammars = Vec<(usize, Constraint)>;
+/// The same, with each grammar's next mask.
+pub type StepMasks = Vec<(usize, Constraint, std::result::Result<Mask, String>)>;
+
+/// A thread that computes grammar masks while the engine thread runs the
+/// forward pass: [`MaskWorker::start`] hands it a step's grammars,
+/// [`MaskWorker::finish`] takes them back with their masks. Used only when
+/// a core is free for it (a thread competing with the kernel workers for
+/// their cores would slow the pass more than the mask costs).
+pub struct MaskWorker {
+    jobs: std::sync::mpsc::Sender<StepGrammars>,
+    done: std::sync::mpsc::Receiver<StepMasks>,
+}
+
+impl MaskWorker {
+    pub fn spawn() -> std::io::Result<Self> {
+        let (jobs, rx) = std::sync::mpsc::channel::<StepGrammars>();
+        let (tx, done) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("hasten-masks".into())
+            .spawn(move || {
+                for step in rx {
+                    let out: StepMasks = step
+                        .into_iter()
+                        .map(|(i, mut g)| {
+                            let m = g.next_mask();
+                            (i, g, m)
+                        })
+                        .collect();
+                    if tx.send(out).is_err() {
+                        break;
+                    }
+                }
+            })?;
+        Ok(MaskWorker { jobs, done })
+    }
+
+    /// Starts on a step's grammars; `Err` gives them back (worker gone).
+    pub fn start(&self, g: StepGrammars) -> std::result::Result<(), StepGrammars> {
+        self.jobs.send(g).map_err(|e| e.0)
+    }
+
+    /// The grammars of the step started last, with their masks.
+    pub fn finish(&self) -> Option<StepMasks> {
+        self.done.recv().ok()
+    }
+}
+
+/// Computes a step's masks now, split over the kernel worker pool
+/// (`threads` of it), before the forward pass uses it.
+pub fn masks_now(g: StepGrammars, threads: hasten_kernels::threads::Threads) -> StepMasks {
+    type Slot = (usize, Constraint, Option<std::result::Result<Mask, String>>);
+    let mut slots: Vec<Slot> = g.into_iter().map(|(i, c)| (i, c, None)).collect();
+    hasten_kernels::threads::par_chunks(&mut slots, 1, threads, |_, piece| {
+        for s in piece {
+            s.2 = Some(s.1.next_mask());
+        }
+    });
+    slots
+        .into_iter()
+        .map(|(i, c, m)| (i, c, m.unwrap_or_else(|| Err("no mask computed".into()))))
+        .collect()
 }
 
 /// One sequence's position in its grammar.

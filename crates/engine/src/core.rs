@@ -141,6 +141,9 @@ pub struct Core {
     /// Ids of submissions added since the forecast inputs were published.
     picked: Vec<u64>,
     calibration: Calibration,
+    /// Computes grammar masks beside the forward pass
+    /// ([`EngineConfig::mask_thread`]).
+    masks: Option<crate::constraint::MaskWorker>,
 }
 
 impl Core {
@@ -173,6 +176,10 @@ impl Core {
             cfg.max_running,
         );
         Core {
+            masks: cfg
+                .mask_thread
+                .then(crate::constraint::MaskWorker::spawn)
+                .and_then(Result::ok),
             tokenizer,
             kv,
             scratch,
@@ -458,30 +465,40 @@ impl Core {
             })
             .collect();
         let wants: Vec<bool> = batch.iter().map(|b| b.want_logits).collect();
-        let (logits, masks) = std::thread::scope(|sc| {
-            let helper = (!grammars.is_empty()).then(|| {
-                sc.spawn(|| {
-                    grammars
-                        .iter_mut()
-                        .map(|(_, g)| g.next_mask())
-                        .collect::<Vec<_>>()
-                })
-            });
-            let logits =
-                self.model
-                    .forward(&batch, &mut self.kv, &mut self.scratch, self.cfg.threads);
-            let masks = helper.map(|h| h.join());
-            (logits, masks)
-        });
-        drop(batch);
-        let masks = match masks {
-            Some(Ok(m)) => m,
-            Some(Err(_)) => (0..grammars.len())
-                .map(|_| Err("the grammar mask failed".to_owned()))
-                .collect(),
-            None => Vec::new(),
+        // Beside the pass on the mask thread when a core is free for it,
+        // else before it, spread over the kernel threads.
+        let constrained: Vec<usize> = grammars.iter().map(|g| g.0).collect();
+        let started = match (&self.masks, grammars.is_empty()) {
+            (_, true) => None,
+            (Some(w), false) => match w.start(std::mem::take(&mut grammars)) {
+                Ok(()) => Some(w),
+                Err(g) => {
+                    grammars = g;
+                    None
+                }
+            },
+            (None, false) => None,
         };
-        for ((i, g), m) in grammars.into_iter().zip(masks) {
+        let mut masks = match started {
+            Some(_) => Vec::new(),
+            None => crate::constraint::masks_now(std::mem::take(&mut grammars), self.cfg.threads),
+        };
+        let logits = self
+            .model
+            .forward(&batch, &mut self.kv, &mut self.scratch, self.cfg.threads);
+        drop(batch);
+        if let Some(w) = started {
+            // A worker that died took the grammars with it: those
+            // sequences end rather than go on unconstrained.
+            masks = w.finish().unwrap_or_default();
+            for &i in &constrained {
+                let s = &mut self.running[i];
+                if !masks.iter().any(|m| m.0 == i) {
+                    s.mask = Some(Err("the grammar mask thread failed".into()));
+                }
+            }
+        }
+        for (i, g, m) in masks {
             self.running[i].constraint = Some(g);
             self.running[i].mask = Some(m);
         }
@@ -667,12 +684,15 @@ fn emit_token(
         .map(|n| (log_softmax_top(logits, n), logits.to_vec()));
     // The grammar's mask, before sampling; a grammar that fails ends the
     // output where it stands (a finished grammar allows only EOS).
-    if let Some(c) = s.constraint.as_mut() {
-        let mask = s.mask.take().unwrap_or_else(|| c.next_mask());
-        match mask {
-            Ok(m) => m.apply(logits),
-            Err(_) => return Some(FinishReason::Stop),
-        }
+    let mask = match (s.mask.take(), s.constraint.as_mut()) {
+        (Some(m), _) => Some(m),
+        (None, Some(c)) => Some(c.next_mask()),
+        (None, None) => None,
+    };
+    match mask {
+        Some(Ok(m)) => m.apply(logits),
+        Some(Err(_)) => return Some(FinishReason::Stop),
+        None => {}
     }
     let t = s.sampler.sample(logits, &s.tokens);
     let grammar_done = match s.constraint.as_mut() {

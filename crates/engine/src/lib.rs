@@ -53,6 +53,11 @@ pub struct EngineConfig {
     pub max_waiting: usize,
     pub prefix_cache: bool,
     pub threads: Threads,
+    /// Compute grammar masks on a thread of their own beside the forward
+    /// pass (by default when the machine has a core the kernel threads do
+    /// not use; on a full machine the thread would slow the pass more than
+    /// the masks cost, so they are computed before it).
+    pub mask_thread: bool,
 }
 
 impl EngineConfig {
@@ -68,6 +73,8 @@ impl EngineConfig {
             min_prefill_chunk: 4,
             max_waiting: 256,
             prefix_cache: true,
+            mask_thread: std::thread::available_parallelism().map_or(1, |n| n.get())
+                > threads.get(),
             threads,
         }
     }

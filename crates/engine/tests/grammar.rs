@@ -15,6 +15,11 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 
 fn engine() -> Engine {
+    engine_with(true)
+}
+
+/// `mask_thread`: masks beside the forward pass, or before it.
+fn engine_with(mask_thread: bool) -> Engine {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tiny.gguf");
     let vocab = hasten_model::testing::testdata_dir().join("tokenizer/ggml-vocab-llama-spm.gguf");
@@ -26,6 +31,7 @@ fn engine() -> Engine {
     let cfg = EngineConfig {
         max_step_tokens: 64,
         max_running: 8,
+        mask_thread,
         ..EngineConfig::new(8192, Threads::ONE)
     };
     Engine::start(Arc::new(lm.model), Arc::new(lm.tokenizer), cfg).unwrap()
@@ -109,6 +115,16 @@ fn a_regex_bounds_the_output_and_a_neighbour_is_unaffected() {
     assert!(c[4..].iter().all(char::is_ascii_lowercase), "{text:?}");
     let neighbour: String = tb.iter().map(|t| t.text.as_str()).collect();
     assert_eq!(neighbour, alone);
+}
+
+#[test]
+fn masks_beside_the_pass_and_before_it_give_the_same_answers() {
+    let (beside, before) = (engine_with(true), engine_with(false));
+    let g = Grammar::Regex("[a-z]{2,6}( [a-z]{2,6}){3}".into());
+    for seed in 0..3 {
+        let s = spec(Some(g.clone()), seed, 60);
+        assert_eq!(run(&beside, s.clone()), run(&before, s));
+    }
 }
 
 fn regex_lite(r: &str) -> Grammar {
