@@ -528,6 +528,21 @@ pub fn template_input(
     if let Some(list) = tools.as_ref().and_then(|t| t.for_template()) {
         vars.insert("tools".into(), list);
     }
+    // OpenAI's `reasoning_effort` reaches the template as the variable of
+    // that name (gpt-oss's templates read it), as vLLM passes it;
+    // `chat_template_kwargs` win.
+    match extra.remove("reasoning_effort") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(e)) if ["minimal", "low", "medium", "high"].contains(&e.as_str()) => {
+            vars.entry("reasoning_effort").or_insert(Value::String(e));
+        }
+        Some(v) => {
+            return Err(Error::bad(
+                format!("reasoning_effort must be minimal, low, medium or high, got {v}"),
+                "reasoning_effort",
+            ))
+        }
+    }
     Ok((msgs, how, vars, tools))
 }
 
@@ -748,6 +763,26 @@ mod tests {
                 other => panic!("{j}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn reasoning_effort_is_a_template_variable() {
+        let msgs = [ChatMessage::new("user", "hi")];
+        let input = |j: &str| {
+            let mut x: Extra = serde_json::from_str(j).unwrap();
+            template_input(&msgs, &mut x).map(|(_, _, vars, _)| vars)
+        };
+        let vars = input(r#"{"reasoning_effort":"low"}"#).unwrap();
+        assert_eq!(vars["reasoning_effort"], "low");
+        let vars = input(
+            r#"{"reasoning_effort":"low","chat_template_kwargs":{"reasoning_effort":"high"}}"#,
+        )
+        .unwrap();
+        assert_eq!(vars["reasoning_effort"], "high");
+        assert!(matches!(
+            input(r#"{"reasoning_effort":"extreme"}"#),
+            Err(Error::BadRequest { param: Some(p), .. }) if p == "reasoning_effort"
+        ));
     }
 
     #[test]
