@@ -460,11 +460,11 @@ impl Core {
                     tokens: &s.tokens[s.computed..s.computed + c.len],
                     start_pos: s.computed,
                     block_table: table,
-                    want_logits: s.computed + c.len == s.tokens.len(),
+                    logits: usize::from(s.computed + c.len == s.tokens.len()),
                 }
             })
             .collect();
-        let wants: Vec<bool> = batch.iter().map(|b| b.want_logits).collect();
+        let wants: Vec<bool> = batch.iter().map(|b| b.logits > 0).collect();
         // Beside the pass on the mask thread when a core is free for it,
         // else before it, spread over the kernel threads.
         let constrained: Vec<usize> = grammars.iter().map(|g| g.0).collect();

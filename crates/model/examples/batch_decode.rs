@@ -53,7 +53,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 tokens: &prompt,
                 start_pos: 0,
                 block_table: t,
-                want_logits: true,
+                logits: 1,
             })
             .collect();
         model.forward(&batch, &mut kv, &mut s, threads)?;
@@ -70,7 +70,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     tokens: &tok,
                     start_pos: 32 + step,
                     block_table: t,
-                    want_logits: true,
+                    logits: 1,
                 })
                 .collect();
             model.forward(&batch, &mut kv, &mut s, threads)?;

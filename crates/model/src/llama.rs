@@ -329,8 +329,10 @@ pub struct SeqBatch<'a> {
     pub start_pos: usize,
     /// KV blocks holding positions `0..`; must cover every new position.
     pub block_table: &'a [u32],
-    /// Whether to compute logits for the last new token.
-    pub want_logits: bool,
+    /// Compute logits for this many of the last new tokens (0: none; 1:
+    /// the next-token distribution; k+1: also each of k drafted tokens',
+    /// for speculative verification).
+    pub logits: usize,
 }
 
 /// Activations for up to `max_tokens` tokens per forward call, allocated once.
@@ -461,7 +463,7 @@ impl Model {
                 s.max_tokens
             )));
         }
-        let n_logits = batch.iter().filter(|b| b.want_logits).count();
+        let n_logits: usize = batch.iter().map(|b| b.logits).sum();
         if n_logits * self.config.dim > s.last.len() {
             return Err(Error::Batch(format!(
                 "{n_logits} logit rows exceed the scratch capacity"
@@ -483,10 +485,12 @@ impl Model {
                     b.block_table, kv.n_blocks
                 )));
             }
-            if b.want_logits && b.tokens.is_empty() {
-                return Err(Error::Batch(
-                    "logits requested for a sequence with no new tokens".into(),
-                ));
+            if b.logits > b.tokens.len() {
+                return Err(Error::Batch(format!(
+                    "logits requested for {} positions of a sequence with {} new tokens",
+                    b.logits,
+                    b.tokens.len()
+                )));
             }
             if let Some(&t) = b
                 .tokens
@@ -503,7 +507,8 @@ impl Model {
     }
 
     /// Runs the batch, filling the KV cache for every new token, and returns
-    /// logits `[n, vocab]` for the sequences with `want_logits`, in order.
+    /// logits `[n, vocab]`: each sequence's `logits` last positions, in
+    /// order.
     pub fn forward<'s>(
         &self,
         batch: &[SeqBatch<'_>],
@@ -531,15 +536,15 @@ impl Model {
             self.attention(li, layer, batch, kv, s, threads)?;
             self.feed_forward(layer, t, s, threads)?;
         }
-        // Logits for the last new token of each sequence that wants them.
+        // Logits for the last `logits` new tokens of each sequence.
         let x = &s.x[..t * dim];
         let mut n = 0;
         let mut end = 0;
         for b in batch {
             end += b.tokens.len();
-            if b.want_logits {
+            for p in end - b.logits..end {
                 rms_norm(
-                    &x[(end - 1) * dim..end * dim],
+                    &x[p * dim..(p + 1) * dim],
                     &self.norm,
                     c.norm_eps,
                     &mut s.last[n * dim..(n + 1) * dim],

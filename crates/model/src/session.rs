@@ -67,7 +67,7 @@ impl<'m> Session<'m> {
                 tokens: chunk,
                 start_pos: self.pos,
                 block_table: &self.table,
-                want_logits: last,
+                logits: usize::from(last),
             }];
             let out = self
                 .model

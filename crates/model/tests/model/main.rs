@@ -107,13 +107,13 @@ fn batch_equals_alone(fx: Fixture) {
             tokens: a,
             start_pos: 0,
             block_table: &[5, 1],
-            want_logits: true,
+            logits: 1,
         },
         SeqBatch {
             tokens: b,
             start_pos: 0,
             block_table: &[0, 7],
-            want_logits: true,
+            logits: 1,
         },
     ];
     let logits = m.forward(&batch, &mut kv, &mut s, t).unwrap().to_vec();
@@ -128,10 +128,58 @@ fn batch_equals_alone(fx: Fixture) {
         tokens: &[42],
         start_pos: 5,
         block_table: &[5, 1],
-        want_logits: true,
+        logits: 1,
     }];
     let got = m.forward(&batch, &mut kv, &mut s, t).unwrap().to_vec();
     assert!(max_diff(&got, &step_a) < 1e-3);
+}
+
+/// Logits for several last positions (a speculative verification pass)
+/// equal the logits of feeding the same tokens one at a time, and a
+/// sequence asking for none shares the pass.
+#[test]
+fn logits_of_every_verified_position_equal_one_at_a_time() {
+    let fx = small(GgmlType::Q4_0, Arch::Llama);
+    let dir = tempfile::tempdir().unwrap();
+    let m = gguf_model(&fx, &dir);
+    let t = Threads::new(2).unwrap();
+    let c = &m.config;
+    let (ctx, drafted) = (&PROMPT[..4], &PROMPT[4..8]);
+    let mut one = Session::new(&m, 64, t);
+    one.feed(ctx).unwrap();
+    let each: Vec<Vec<f32>> = drafted.iter().map(|&d| one.feed(&[d]).unwrap()).collect();
+    let mut kv = KvCache::new(c, 8, 4);
+    let mut s = Scratch::new(c, 32, 6);
+    let prefill = [SeqBatch {
+        tokens: ctx,
+        start_pos: 0,
+        block_table: &[3, 1],
+        logits: 0,
+    }];
+    assert!(m.forward(&prefill, &mut kv, &mut s, t).unwrap().is_empty());
+    let verify = [
+        SeqBatch {
+            tokens: drafted,
+            start_pos: 4,
+            block_table: &[3, 1],
+            logits: drafted.len(),
+        },
+        SeqBatch {
+            tokens: &PROMPT[..3],
+            start_pos: 0,
+            block_table: &[6],
+            logits: 0,
+        },
+    ];
+    let got = m.forward(&verify, &mut kv, &mut s, t).unwrap().to_vec();
+    let v = c.vocab_size;
+    assert_eq!(got.len(), drafted.len() * v);
+    for (i, want) in each.iter().enumerate() {
+        assert!(
+            max_diff(&got[i * v..(i + 1) * v], want) < 1e-3,
+            "position {i}"
+        );
+    }
 }
 
 #[test]
@@ -153,13 +201,22 @@ fn bad_batches_are_errors_not_panics() {
             tokens,
             start_pos,
             block_table: table,
-            want_logits: true,
+            logits: 1,
         }];
         assert!(
             m.forward(&batch, &mut kv, &mut s, t).is_err(),
             "{tokens:?} {table:?}"
         );
     }
+    let more_logits_than_tokens = [SeqBatch {
+        tokens: &[1, 2],
+        start_pos: 0,
+        block_table: &[0],
+        logits: 3,
+    }];
+    assert!(m
+        .forward(&more_logits_than_tokens, &mut kv, &mut s, t)
+        .is_err());
     let mut sess = Session::new(&m, 4, t);
     let e = sess
         .feed(&[1, 2, 3, 4, 5])
