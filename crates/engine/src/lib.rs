@@ -15,6 +15,7 @@ pub mod blocks;
 pub mod constraint;
 mod core;
 pub mod cost;
+pub mod draft;
 pub mod error;
 mod forecast;
 pub mod metrics;

@@ -9,7 +9,7 @@
 
 use crate::config::{Arch, Moe, Norms, QkNorm, Scales};
 use hasten_kernels::GgmlType;
-use rand::{Rng, SeedableRng};
+use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::path::Path;
 
@@ -41,6 +41,11 @@ pub struct Fixture {
     /// How strongly each token's embedding points at one fixed successor's
     /// output row (0 = fully random weights).
     pub bigram: f32,
+    /// The successors form cycles of this many tokens (`hasten synth
+    /// --pattern`): a greedy continuation then repeats itself, as text
+    /// that speculative decoding can draft does. `None`: one long
+    /// permutation (what the goldens were made with).
+    pub cycle: Option<usize>,
     /// Granite's multipliers, written for `Arch::Granite` only.
     pub scales: Scales,
     /// The experts of `Arch::Qwen3Moe` (every layer's FFN).
@@ -75,6 +80,7 @@ impl Fixture {
             output_scale: 0.5,
             layer_scale: 0.3,
             bigram: 0.45,
+            cycle: None,
             scales: Scales::default(),
             moe: None,
             rope_base: 10000.0,
@@ -318,6 +324,33 @@ impl Fixture {
         })
     }
 
+    /// The planted successor of each token: an affine permutation, or
+    /// with `cycle`, a seeded shuffle of the vocabulary cut into cycles.
+    fn successors(&self) -> impl Fn(usize) -> usize {
+        let v = self.vocab_size;
+        let table: Option<Vec<usize>> = self.cycle.map(|len| {
+            let len = len.clamp(1, v);
+            let mut order: Vec<usize> = (0..v).collect();
+            let mut rng = ChaCha8Rng::seed_from_u64(self.seed ^ 0xc7c1e);
+            for i in (1..v).rev() {
+                let j = (rng.next_u64() % (i as u64 + 1)) as usize;
+                order.swap(i, j);
+            }
+            let mut succ = vec![0; v];
+            for (i, &t) in order.iter().enumerate() {
+                let start = i - i % len;
+                let end = (start + len).min(v);
+                let next = if i + 1 < end { i + 1 } else { start };
+                succ[t] = order[next];
+            }
+            succ
+        });
+        move |t| match &table {
+            Some(s) => s[t],
+            None => (t * 7919 + 13) % v,
+        }
+    }
+
     /// The tiny shape as a Qwen3 model: Q/K norms, and heads of 128 wider
     /// than `dim / n_heads` (as Qwen3-0.6B's 16 × 128 over a width of 1024).
     pub fn tiny_qwen3(ty: GgmlType) -> Self {
@@ -360,8 +393,9 @@ impl Fixture {
         if let (Some(w), true) = (&lm_head, self.bigram > 0.0) {
             // Token t leans toward the output row of succ(t), a fixed permutation:
             // a "bigram" model whose top logit usually stands clear of the rest.
+            let succ_of = self.successors();
             for t in 0..self.vocab_size {
-                let succ = (t * 7919 + 13) % self.vocab_size;
+                let succ = succ_of(t);
                 let row = &w[succ * d..(succ + 1) * d];
                 let norm = row.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
                 let k = self.bigram * (d as f32).sqrt() / norm;

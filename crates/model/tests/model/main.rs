@@ -444,3 +444,39 @@ fn a_gemma3_multimodal_checkpoint_runs_its_language_model() {
         assert!(max_diff(&got, &want) < 1e-6, "{prefix}");
     }
 }
+
+/// `hasten synth --pattern`: with successors in cycles of 8 pulled hard
+/// enough, the greedy continuation repeats every 8 tokens (the text a
+/// speculative drafter can predict).
+#[test]
+fn a_planted_pattern_makes_greedy_output_periodic() {
+    let fx = Fixture {
+        cycle: Some(8),
+        bigram: 2.0,
+        ..small(GgmlType::Q8_0, Arch::Llama)
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let m = gguf_model(&fx, &dir);
+    let mut s = Session::new(&m, 64, Threads::new(1).unwrap());
+    let mut logits = s.feed(&PROMPT[..3]).unwrap();
+    let mut out = Vec::new();
+    for _ in 0..40 {
+        let t = logits
+            .iter()
+            .enumerate()
+            .max_by(|a, b| a.1.total_cmp(b.1))
+            .map(|(i, _)| i as u32)
+            .unwrap();
+        out.push(t);
+        logits = s.feed(&[t]).unwrap();
+    }
+    assert!((8..40).all(|i| out[i] == out[i - 8]), "{out:?}");
+    assert!(
+        out[..8]
+            .iter()
+            .collect::<std::collections::HashSet<_>>()
+            .len()
+            == 8,
+        "{out:?}"
+    );
+}
