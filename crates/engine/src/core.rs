@@ -63,6 +63,9 @@ pub struct Seq {
     /// The grammar's mask for the next sample, computed beside the
     /// forward pass that produces its logits.
     mask: Option<std::result::Result<crate::constraint::Mask, String>>,
+    /// Tokens drafted to follow the last sampled one, verified by the next
+    /// pass (not in `tokens`).
+    draft: Vec<u32>,
 }
 
 impl Seq {
@@ -92,6 +95,7 @@ impl Seq {
             stop_string_seen: false,
             held: Vec::new(),
             mask: None,
+            draft: Vec::new(),
         }
     }
 
@@ -113,12 +117,17 @@ impl Seq {
     }
 }
 
-/// One entry of a step's plan: `len` tokens of running sequence `seq` from `computed`.
+/// One entry of a step's plan: `len` tokens of running sequence `seq` from
+/// `computed`, the last `draft` of them drafted (speculative decoding).
 #[derive(Debug, Clone, Copy)]
 struct Chunk {
     seq: usize,
     len: usize,
+    draft: usize,
 }
+
+#[path = "speculate.rs"]
+mod speculate;
 
 pub struct Core {
     model: Arc<Model>,
@@ -170,10 +179,12 @@ impl Core {
     ) -> Self {
         let n_blocks = cfg.kv_blocks();
         let kv = KvCache::new(&model.config, n_blocks, cfg.block_size);
+        // Verification passes take each sequence's drafts and want their logits.
+        let per_seq = 1 + cfg.max_draft;
         let scratch = Scratch::new(
             &model.config,
-            cfg.max_step_tokens + cfg.max_running,
-            cfg.max_running,
+            cfg.max_step_tokens + cfg.max_running * per_seq,
+            cfg.max_running * per_seq,
         );
         Core {
             masks: cfg
@@ -301,6 +312,19 @@ impl Core {
         let mut i = 0;
         while i < self.running.len() {
             if self.running[i].remaining() == 1 {
+                // Room for the drafts too, or no drafts.
+                let k = self.running[i].draft.len();
+                if k > 0 && self.grow(i, 1 + k) == 1 + k {
+                    plan.push(Chunk {
+                        seq: i,
+                        len: 1 + k,
+                        draft: k,
+                    });
+                    tokens += 1 + k;
+                    i += 1;
+                    continue;
+                }
+                self.running[i].draft.clear();
                 let mut fits = self.grow(i, 1) == 1;
                 while !fits && self.running.len() - 1 > i {
                     self.preempt(self.running.len() - 1);
@@ -311,7 +335,11 @@ impl Core {
                     self.preempt(i);
                     continue;
                 }
-                plan.push(Chunk { seq: i, len: 1 });
+                plan.push(Chunk {
+                    seq: i,
+                    len: 1,
+                    draft: 0,
+                });
                 tokens += 1;
             }
             i += 1;
@@ -339,7 +367,11 @@ impl Core {
             if r > 1 {
                 let k = self.grow(i, r.min(left));
                 if k > 0 {
-                    plan.push(Chunk { seq: i, len: k });
+                    plan.push(Chunk {
+                        seq: i,
+                        len: k,
+                        draft: 0,
+                    });
                     left -= k;
                 }
             }
@@ -373,7 +405,11 @@ impl Core {
                 m.queue_time
                     .observe_duration(now.saturating_duration_since(s.received));
             }
-            plan.push(Chunk { seq: i, len: k });
+            plan.push(Chunk {
+                seq: i,
+                len: k,
+                draft: 0,
+            });
             left -= k;
         }
         plan
@@ -424,6 +460,7 @@ impl Core {
         seq.blocks.clear();
         seq.hashes.clear();
         seq.computed = 0;
+        seq.draft.clear();
         seq.preemptions += 1;
         self.waiting.push_front(seq);
         self.metrics
@@ -434,6 +471,12 @@ impl Core {
 
     /// Runs the forward pass over `plan`, then samples and emits.
     fn run(&mut self, plan: &[Chunk]) -> hasten_model::Result<()> {
+        // Drafted tokens ride after the last sampled one for the pass.
+        for c in plan.iter().filter(|c| c.draft > 0) {
+            let s = &mut self.running[c.seq];
+            let d = std::mem::take(&mut s.draft);
+            s.tokens.extend_from_slice(&d);
+        }
         // The grammar masks of the sequences sampled after this pass are
         // computed on a helper thread while it runs: they depend only on
         // the tokens already chosen, not on the logits.
@@ -460,7 +503,11 @@ impl Core {
                     tokens: &s.tokens[s.computed..s.computed + c.len],
                     start_pos: s.computed,
                     block_table: table,
-                    logits: usize::from(s.computed + c.len == s.tokens.len()),
+                    logits: if c.draft > 0 {
+                        c.len
+                    } else {
+                        usize::from(s.computed + c.len == s.tokens.len())
+                    },
                 }
             })
             .collect();
@@ -508,6 +555,24 @@ impl Core {
         let mut row = 0;
         let mut done: Vec<(usize, FinishReason)> = Vec::new();
         for (c, want) in plan.iter().zip(wants) {
+            if c.draft > 0 {
+                let rows = &logits[row * vocab..(row + c.len) * vocab];
+                row += c.len;
+                let mut v = speculate::Verifier {
+                    tok: &self.tokenizer,
+                    metrics: &self.metrics,
+                    cache: self.cfg.prefix_cache.then_some((
+                        &self.pool,
+                        self.cfg.block_size,
+                        self.seed,
+                    )),
+                    buf: &mut self.logits,
+                };
+                if let Some(reason) = v.verify(&mut self.running[c.seq], c.draft, rows, now) {
+                    done.push((c.seq, reason));
+                }
+                continue;
+            }
             let s = &mut self.running[c.seq];
             s.computed += c.len;
             if self.cfg.prefix_cache {
@@ -534,6 +599,9 @@ impl Core {
             }
         }
         done.sort_by_key(|d| d.0);
+        if self.cfg.max_draft > 0 {
+            self.draft_next(plan, &done);
+        }
         for (i, reason) in done.into_iter().rev() {
             let seq = self.running.remove(i);
             self.finish(seq, reason, now);

@@ -59,6 +59,10 @@ pub struct EngineConfig {
     /// not use; on a full machine the thread would slow the pass more than
     /// the masks cost, so they are computed before it).
     pub mask_thread: bool,
+    /// Speculative decoding by prompt lookup: up to this many drafted
+    /// tokens verified per decode step (0: off).
+    pub max_draft: usize,
+    pub drafter: draft::NgramDrafter,
 }
 
 impl EngineConfig {
@@ -76,6 +80,8 @@ impl EngineConfig {
             prefix_cache: true,
             mask_thread: std::thread::available_parallelism().map_or(1, |n| n.get())
                 > threads.get(),
+            max_draft: 0,
+            drafter: draft::NgramDrafter::default(),
             threads,
         }
     }

@@ -80,6 +80,9 @@ pub struct Metrics {
     pub prompt_tokens: u64,
     pub prefix_cache_hit_tokens: u64,
     pub generated_tokens: u64,
+    /// Speculative decoding: tokens drafted, and those the model agreed with.
+    pub drafted_tokens: u64,
+    pub accepted_tokens: u64,
     pub steps: u64,
     // Gauges, as of the last step.
     pub waiting: usize,
@@ -113,6 +116,8 @@ impl Default for Metrics {
             prompt_tokens: 0,
             prefix_cache_hit_tokens: 0,
             generated_tokens: 0,
+            drafted_tokens: 0,
+            accepted_tokens: 0,
             steps: 0,
             waiting: 0,
             running: 0,

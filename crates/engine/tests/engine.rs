@@ -229,14 +229,23 @@ fn concurrent_requests_match_each_request_alone() {
 fn preemption_under_a_tiny_kv_pool_keeps_outputs_identical() {
     let work = workload(2, 8);
     let want: Vec<Vec<u32>> = work.iter().map(|(_, s)| alone(s)).collect();
-    // Room for about two of these requests at a time.
-    let (got, core) = run_concurrently(cfg(320), &work);
-    assert_eq!(got, want);
-    let m = core.metrics();
-    assert!(m.preemptions > 0, "the pool was meant to run out");
-    let st = core.pool().stats();
-    assert_eq!(st.used, 0);
-    assert_eq!(st.free + st.cached_idle, st.total);
+    // Room for about two of these requests at a time; with speculative
+    // drafts too (prompt lookup: they need blocks for the drafts).
+    for max_draft in [0, 6] {
+        let (got, core) = run_concurrently(
+            EngineConfig {
+                max_draft,
+                ..cfg(320)
+            },
+            &work,
+        );
+        assert_eq!(got, want, "max_draft {max_draft}");
+        let m = core.metrics();
+        assert!(m.preemptions > 0, "the pool was meant to run out");
+        let st = core.pool().stats();
+        assert_eq!(st.used, 0);
+        assert_eq!(st.free + st.cached_idle, st.total);
+    }
 }
 
 #[test]
@@ -291,6 +300,7 @@ fn random_submit_cancel_finish_interleavings_leak_no_block() {
     for round in 0..4 {
         let mut d = Driver::new(EngineConfig {
             max_step_tokens: 48,
+            max_draft: if round < 2 { 0 } else { 5 },
             ..cfg(if round % 2 == 0 { 256 } else { 1024 })
         });
         let mut live: Vec<UnboundedReceiver<Event>> = Vec::new();

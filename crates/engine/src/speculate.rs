@@ -1,0 +1,88 @@
+//! Speculative decoding in the step (issue 24, first part): a decoding
+//! sequence's drafted tokens are fed after its last sampled token in the
+//! same pass, and each position's logits are sampled in turn exactly as
+//! plain decoding would sample them (same sampler state, penalties,
+//! grammar, RNG draws), so a draft is accepted only where the sample equals
+//! it. With a deterministic drafter (prompt lookup) this is standard
+//! speculative sampling with a point-mass draft: the output is token for
+//! token what the request gives without speculation, greedy or seeded.
+//! The first rejected position's sample is the next token; the KV rows
+//! of the rejected drafts are left to be overwritten.
+
+use super::{emit_token, publish_full_blocks, Chunk, Core, Seq};
+use crate::blocks::{BlockPool, ChainHash};
+use crate::metrics::Metrics;
+use crate::request::FinishReason;
+use hasten_model::tokenizer::Tokenizer;
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// What verifying one sequence needs of the engine (borrowed apart from
+/// the pass's logits).
+pub(super) struct Verifier<'a> {
+    pub tok: &'a Tokenizer,
+    pub metrics: &'a Mutex<Metrics>,
+    /// Full blocks to publish in the prefix cache, if it is on.
+    pub cache: Option<(&'a BlockPool, usize, ChainHash)>,
+    /// One row of logits, sampled in place.
+    pub buf: &'a mut [f32],
+}
+
+impl Verifier<'_> {
+    /// Samples the positions of a verification pass of `s` (`rows`: their
+    /// logits; the last `drafted` tokens of `s.tokens` are the drafts);
+    /// returns why the sequence ends, if it does.
+    pub fn verify(
+        &mut self,
+        s: &mut Seq,
+        drafted: usize,
+        rows: &[f32],
+        now: Instant,
+    ) -> Option<FinishReason> {
+        let vocab = self.buf.len();
+        // Take the drafts back off the tokens: they are only proposals.
+        let drafts: Vec<u32> = s.tokens.split_off(s.tokens.len() - drafted);
+        // The last sampled token's KV row is now in the cache.
+        s.computed += 1;
+        let mut accepted = 0;
+        let mut reason = None;
+        for (i, row) in rows.chunks_exact(vocab).enumerate() {
+            self.buf.copy_from_slice(row);
+            let mut m = self.metrics.lock().unwrap_or_else(|p| p.into_inner());
+            reason = emit_token(s, self.buf, self.tok, now, &mut m);
+            drop(m);
+            let sampled = s.tokens.last().copied();
+            if reason.is_some() || i == drafts.len() || sampled != Some(drafts[i]) {
+                break;
+            }
+            // The draft was right: its KV row (written by this pass) holds
+            // the token just sampled.
+            s.computed += 1;
+            accepted += 1;
+        }
+        if let Some((pool, bs, seed)) = self.cache {
+            publish_full_blocks(pool, s, bs, seed);
+        }
+        let mut m = self.metrics.lock().unwrap_or_else(|p| p.into_inner());
+        m.drafted_tokens += drafts.len() as u64;
+        m.accepted_tokens += accepted as u64;
+        reason
+    }
+}
+
+impl Core {
+    /// Drafts the next tokens of every sequence this step sampled for and
+    /// that goes on (`done`: those that end, sorted by index).
+    pub(super) fn draft_next(&mut self, plan: &[Chunk], done: &[(usize, FinishReason)]) {
+        let k = self.cfg.max_draft;
+        for c in plan {
+            if done.binary_search_by_key(&c.seq, |d| d.0).is_ok() {
+                continue;
+            }
+            let s = &mut self.running[c.seq];
+            if s.remaining() == 1 && s.generated > 0 {
+                s.draft = self.cfg.drafter.draft(&s.tokens, k);
+            }
+        }
+    }
+}
