@@ -105,6 +105,36 @@ pub(crate) fn threads(n: usize) -> anyhow::Result<hasten_kernels::threads::Threa
     Ok(t)
 }
 
+/// Speculative decoding flags of `hasten serve` and `hasten run`.
+#[derive(clap::Args, Debug, Clone)]
+pub(crate) struct Speculation {
+    /// Speculative decoding: `ngram` drafts the next tokens from the
+    /// prompt and the text so far (prompt lookup) and verifies them in the
+    /// same pass; the output is the same token for token. Off by default
+    /// until the engine adapts draft lengths to the batch.
+    #[arg(long, value_enum, default_value = "off")]
+    speculate: SpecMode,
+    /// Drafted tokens verified per step at most.
+    #[arg(long, default_value_t = 8)]
+    max_draft: usize,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum SpecMode {
+    Off,
+    Ngram,
+}
+
+impl Speculation {
+    /// The engine's `max_draft` (0: off).
+    pub(crate) fn max_draft(&self) -> usize {
+        match self.speculate {
+            SpecMode::Off => 0,
+            SpecMode::Ngram => self.max_draft,
+        }
+    }
+}
+
 /// `--chat-template-kwargs JSON` of `hasten run --chat` and `hasten chat`:
 /// a JSON object of template variables (a request's
 /// `chat_template_kwargs`).

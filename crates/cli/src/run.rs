@@ -89,6 +89,8 @@ pub struct Args {
     /// that bandwidth bound predicts (as `hasten estimate --measure` does).
     #[arg(long)]
     vs_estimate: bool,
+    #[command(flatten)]
+    speculation: crate::Speculation,
 }
 
 pub fn main(a: Args) -> Result<()> {
@@ -155,6 +157,7 @@ pub fn main(a: Args) -> Result<()> {
         tok,
         EngineConfig {
             max_step_tokens: a.max_batch_tokens,
+            max_draft: a.speculation.max_draft(),
             ..EngineConfig::single(n_prompt + max_new, threads)
         },
     )?;

@@ -109,6 +109,8 @@ pub struct Args {
     /// decodes; a lone prompt is prefilled in chunks of this size).
     #[arg(long, default_value_t = 512)]
     max_batch_tokens: usize,
+    #[command(flatten)]
+    speculation: crate::Speculation,
 }
 
 fn secs(s: f64, name: &str) -> Result<Duration> {
@@ -180,6 +182,7 @@ pub fn main(a: Args) -> Result<()> {
         prefix_cache: !a.no_prefix_cache,
         threads,
         max_step_tokens: Some(a.max_batch_tokens),
+        max_draft: a.speculation.max_draft(),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

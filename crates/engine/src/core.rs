@@ -66,6 +66,8 @@ pub struct Seq {
     /// Tokens drafted to follow the last sampled one, verified by the next
     /// pass (not in `tokens`).
     draft: Vec<u32>,
+    /// How many tokens to draft next, from how the last drafts fared.
+    draft_len: speculate::DraftLen,
 }
 
 impl Seq {
@@ -96,6 +98,7 @@ impl Seq {
             held: Vec::new(),
             mask: None,
             draft: Vec::new(),
+            draft_len: speculate::DraftLen::default(),
         }
     }
 

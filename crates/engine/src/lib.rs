@@ -107,6 +107,7 @@ impl EngineConfig {
         ec.max_waiting = o.max_waiting;
         ec.itl_target = o.itl_target;
         ec.prefix_cache = o.prefix_cache;
+        ec.max_draft = o.max_draft;
         ec
     }
 
@@ -154,6 +155,9 @@ pub struct EngineOptions {
     /// Tokens in one step at most (vLLM's `--max-num-batched-tokens`,
     /// llama.cpp's `-b`); `None` keeps [`EngineConfig::new`]'s.
     pub max_step_tokens: Option<usize>,
+    /// Speculative decoding (prompt lookup): drafted tokens per step at
+    /// most, 0 for none.
+    pub max_draft: usize,
 }
 
 impl EngineOptions {
@@ -168,6 +172,7 @@ impl EngineOptions {
             prefix_cache: true,
             threads,
             max_step_tokens: None,
+            max_draft: 0,
         }
     }
 }

@@ -17,6 +17,50 @@ use hasten_model::tokenizer::Tokenizer;
 use std::sync::Mutex;
 use std::time::Instant;
 
+/// A sequence's draft length, adapted to how its drafts fare: doubled
+/// after a draft is accepted whole, cut to one past what was accepted
+/// after a partial one, and after a draft rejected outright at length 1
+/// no drafting for a while (each rejected position costs a token of
+/// compute in the pass for nothing).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct DraftLen {
+    /// Tokens to draft at most next time (before the engine's cap).
+    len: usize,
+    /// Steps left before drafting again.
+    pause: usize,
+}
+
+impl Default for DraftLen {
+    fn default() -> Self {
+        DraftLen { len: 4, pause: 0 }
+    }
+}
+
+/// Steps without drafts after a one-token draft is rejected.
+const PAUSE: usize = 8;
+
+impl DraftLen {
+    fn observe(&mut self, drafted: usize, accepted: usize) {
+        self.len = if accepted == drafted {
+            (2 * drafted).max(1)
+        } else if accepted == 0 && drafted <= 1 {
+            self.pause = PAUSE;
+            1
+        } else {
+            (accepted + 1).min(drafted.div_ceil(2).max(1)).max(1)
+        };
+    }
+
+    /// The length to draft now (0 while paused), at most `cap`.
+    fn next(&mut self, cap: usize) -> usize {
+        if self.pause > 0 {
+            self.pause -= 1;
+            return 0;
+        }
+        self.len.min(cap)
+    }
+}
+
 /// What verifying one sequence needs of the engine (borrowed apart from
 /// the pass's logits).
 pub(super) struct Verifier<'a> {
@@ -63,6 +107,7 @@ impl Verifier<'_> {
         if let Some((pool, bs, seed)) = self.cache {
             publish_full_blocks(pool, s, bs, seed);
         }
+        s.draft_len.observe(drafts.len(), accepted);
         let mut m = self.metrics.lock().unwrap_or_else(|p| p.into_inner());
         m.drafted_tokens += drafts.len() as u64;
         m.accepted_tokens += accepted as u64;
@@ -74,15 +119,24 @@ impl Core {
     /// Drafts the next tokens of every sequence this step sampled for and
     /// that goes on (`done`: those that end, sorted by index).
     pub(super) fn draft_next(&mut self, plan: &[Chunk], done: &[(usize, FinishReason)]) {
-        let k = self.cfg.max_draft;
+        let context = self.model.config.context_length;
         for c in plan {
             if done.binary_search_by_key(&c.seq, |d| d.0).is_ok() {
                 continue;
             }
             let s = &mut self.running[c.seq];
-            if s.remaining() == 1 && s.generated > 0 {
-                s.draft = self.cfg.drafter.draft(&s.tokens, k);
+            if s.remaining() != 1 || s.generated == 0 {
+                continue;
             }
+            // No drafts past the context, nor past the tokens still wanted
+            // (the pass samples one more than it drafts).
+            let cap = self
+                .cfg
+                .max_draft
+                .min(context.saturating_sub(s.tokens.len()))
+                .min(s.req.spec().max_tokens.saturating_sub(s.generated + 1));
+            let k = s.draft_len.next(cap);
+            s.draft = self.cfg.drafter.draft(&s.tokens, k);
         }
     }
 }

@@ -93,30 +93,30 @@ fn run_all(e: &Engine) -> Vec<(Vec<u32>, FinishReason)> {
 
 #[test]
 fn drafts_change_no_token_and_are_accepted_where_text_repeats() {
-    // (model, acceptance rate bounds)
+    // A clean loop: drafts accepted, fewer steps. A weak pattern: some
+    // accepted, some rejected. Random weights: whatever there is.
     let cases = [
-        (pattern(2.0), 0.6, 1.0),
-        (pattern(1.0), 0.05, 0.95),
-        (Fixture::tiny(GgmlType::Q8_0), 0.0, 1.0),
+        (pattern(2.0), "loop"),
+        (pattern(0.3), "mixed"),
+        (Fixture::tiny(GgmlType::Q8_0), "random"),
     ];
-    for (fx, lo, hi) in cases {
+    for (fx, kind) in cases {
         let e0 = engine(&fx, 0);
         let plain = run_all(&e0);
         run_all(&e0);
         let e = engine(&fx, 6);
         // Twice: the second run also meets the first's cached prefixes.
-        assert_eq!(run_all(&e), plain);
-        assert_eq!(run_all(&e), plain);
+        assert_eq!(run_all(&e), plain, "{kind}");
+        assert_eq!(run_all(&e), plain, "{kind}");
         let m = e.metrics();
-        let rate = m.accepted_tokens as f64 / m.drafted_tokens.max(1) as f64;
-        assert!(
-            (lo..=hi).contains(&rate),
-            "{} of {} drafts accepted",
-            m.accepted_tokens,
-            m.drafted_tokens
-        );
-        if lo > 0.0 {
-            assert!(m.steps < e0.metrics().steps, "fewer steps with drafts");
+        let (a, d) = (m.accepted_tokens, m.drafted_tokens);
+        match kind {
+            "loop" => {
+                assert!(a * 10 > d * 6, "{kind}: {a} of {d} drafts accepted");
+                assert!(m.steps < e0.metrics().steps, "fewer steps with drafts");
+            }
+            "mixed" => assert!(a > 0 && a < d, "{kind}: {a} of {d} drafts accepted"),
+            _ => {}
         }
         assert_eq!(m.generated_tokens, e0.metrics().generated_tokens);
     }
