@@ -19,35 +19,47 @@ use std::time::Instant;
 
 /// A sequence's draft length, adapted to how its drafts fare: doubled
 /// after a draft is accepted whole, cut to one past what was accepted
-/// after a partial one, and after a draft rejected outright at length 1
-/// no drafting for a while (each rejected position costs a token of
-/// compute in the pass for nothing).
+/// after a partial one; a one-token draft rejected outright pauses
+/// drafting, for twice as many steps each time it happens again in a row
+/// (each rejected position costs a token of compute in the pass for
+/// nothing, so text that does not repeat itself soon stops paying it).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct DraftLen {
     /// Tokens to draft at most next time (before the engine's cap).
     len: usize,
     /// Steps left before drafting again.
     pause: usize,
+    /// The pause after the next outright rejection.
+    backoff: usize,
 }
 
 impl Default for DraftLen {
     fn default() -> Self {
-        DraftLen { len: 4, pause: 0 }
+        DraftLen {
+            len: 4,
+            pause: 0,
+            backoff: MIN_PAUSE,
+        }
     }
 }
 
-/// Steps without drafts after a one-token draft is rejected.
-const PAUSE: usize = 8;
+/// Steps without drafts after a first outright rejection, and at most.
+const MIN_PAUSE: usize = 8;
+const MAX_PAUSE: usize = 512;
 
 impl DraftLen {
     fn observe(&mut self, drafted: usize, accepted: usize) {
+        if accepted > 0 {
+            self.backoff = MIN_PAUSE;
+        }
         self.len = if accepted == drafted {
             (2 * drafted).max(1)
         } else if accepted == 0 && drafted <= 1 {
-            self.pause = PAUSE;
+            self.pause = self.backoff;
+            self.backoff = (2 * self.backoff).min(MAX_PAUSE);
             1
         } else {
-            (accepted + 1).min(drafted.div_ceil(2).max(1)).max(1)
+            (accepted + 1).min(drafted.div_ceil(2)).max(1)
         };
     }
 
