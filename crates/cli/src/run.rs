@@ -179,6 +179,7 @@ pub fn main(a: Args) -> Result<()> {
         }
     };
     writeln!(out)?;
+    let m = engine.metrics();
     engine.shutdown();
     let t = fin.timing;
     let generated = fin.output_tokens;
@@ -197,6 +198,15 @@ pub fn main(a: Args) -> Result<()> {
         "load {load_ms:.0} ms | prompt {n_prompt} tokens, TTFT {ttft_ms:.1} ms, prefill {prefill_tps:.1} tok/s | {generated} tokens generated, decode {decode_tps:.1} tok/s | {} threads | finish {finish}",
         threads.get()
     );
+    if m.drafted_tokens > 0 {
+        eprintln!(
+            "speculation: {} tokens drafted, {} accepted ({:.0}%), {} steps for {generated} tokens",
+            m.drafted_tokens,
+            m.accepted_tokens,
+            100.0 * m.accepted_tokens as f64 / m.drafted_tokens as f64,
+            m.steps
+        );
+    }
     // Bytes a decode step reads: every weight matrix once (the packed copy
     // replaces the file's bytes, same size) plus K and V of the average
     // context during decode.
@@ -227,6 +237,7 @@ pub fn main(a: Args) -> Result<()> {
             "queue_ms": t.queue.as_secs_f64() * 1e3, "prefill_ms": t.prefill.as_secs_f64() * 1e3,
             "prefill_tokens_per_s": prefill_tps, "generated_tokens": generated,
             "decode_tokens_per_s": decode_tps, "threads": threads.get(), "finish_reason": finish,
+            "drafted_tokens": m.drafted_tokens, "accepted_tokens": m.accepted_tokens, "steps": m.steps,
         });
         eprintln!("{stats}");
     }
