@@ -68,6 +68,9 @@ pub struct Seq {
     draft: Vec<u32>,
     /// How many tokens to draft next, from how the last drafts fared.
     draft_len: speculate::DraftLen,
+    /// Tokens drafted for this sequence, and accepted.
+    drafted: usize,
+    accepted: usize,
 }
 
 impl Seq {
@@ -99,6 +102,8 @@ impl Seq {
             mask: None,
             draft: Vec::new(),
             draft_len: speculate::DraftLen::default(),
+            drafted: 0,
+            accepted: 0,
         }
     }
 
@@ -629,6 +634,8 @@ impl Core {
             text,
             prompt_tokens: seq.n_prompt,
             cached_prompt_tokens: seq.cached_prompt,
+            drafted_tokens: seq.drafted,
+            accepted_tokens: seq.accepted,
             output_tokens: seq.generated,
             timing,
         };

@@ -272,6 +272,7 @@ impl Engine {
             vocab_size: model.config.vocab_size,
             context_length: model.config.context_length,
             kv_tokens: cfg.kv_blocks() * cfg.block_size,
+            speculates: cfg.max_draft > 0,
         };
         let shared = Arc::new(Shared::default());
         let metrics = Arc::new(Mutex::new(Metrics::default()));

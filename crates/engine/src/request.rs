@@ -40,6 +40,9 @@ pub struct RequestSpec {
     /// vocabulary text, as vLLM's `skip_special_tokens: false` does; the
     /// tokens that end the output never show.
     pub special_text: bool,
+    /// Draft and verify tokens when the engine speculates (a request's
+    /// `"speculate": "off"` clears it).
+    pub speculate: bool,
 }
 
 impl RequestSpec {
@@ -57,6 +60,7 @@ impl RequestSpec {
             deliver_at_end: false,
             grammar: None,
             special_text: false,
+            speculate: true,
         }
     }
 }
@@ -68,6 +72,8 @@ pub struct Limits {
     pub context_length: usize,
     /// Tokens the whole KV cache holds (a request must fit on its own).
     pub kv_tokens: usize,
+    /// The engine drafts and verifies tokens (speculative decoding).
+    pub speculates: bool,
 }
 
 /// A request the engine accepts: only [`Request::validate`] makes one.
@@ -194,6 +200,9 @@ pub struct Finish {
     /// Prompt tokens whose KV came from the prefix cache.
     pub cached_prompt_tokens: usize,
     pub output_tokens: usize,
+    /// Speculative decoding: tokens drafted for this request, and accepted.
+    pub drafted_tokens: usize,
+    pub accepted_tokens: usize,
     pub timing: Timing,
 }
 
@@ -219,6 +228,7 @@ mod tests {
         vocab_size: 100,
         context_length: 64,
         kv_tokens: 48,
+        speculates: false,
     };
 
     #[test]

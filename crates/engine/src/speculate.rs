@@ -120,6 +120,8 @@ impl Verifier<'_> {
             publish_full_blocks(pool, s, bs, seed);
         }
         s.draft_len.observe(drafts.len(), accepted);
+        s.drafted += drafts.len();
+        s.accepted += accepted;
         let mut m = self.metrics.lock().unwrap_or_else(|p| p.into_inner());
         m.drafted_tokens += drafts.len() as u64;
         m.accepted_tokens += accepted as u64;
@@ -137,7 +139,7 @@ impl Core {
                 continue;
             }
             let s = &mut self.running[c.seq];
-            if s.remaining() != 1 || s.generated == 0 {
+            if s.remaining() != 1 || s.generated == 0 || !s.req.spec().speculate {
                 continue;
             }
             // No drafts past the context, nor past the tokens still wanted

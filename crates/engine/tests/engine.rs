@@ -56,6 +56,7 @@ fn limits(c: &EngineConfig) -> Limits {
         vocab_size: 32000,
         context_length: 512,
         kv_tokens: c.kv_blocks() * c.block_size,
+        speculates: c.max_draft > 0,
     }
 }
 

@@ -121,3 +121,22 @@ fn drafts_change_no_token_and_are_accepted_where_text_repeats() {
         assert_eq!(m.generated_tokens, e0.metrics().generated_tokens);
     }
 }
+
+#[test]
+fn a_request_can_turn_speculation_off_and_reports_its_drafts() {
+    let e = engine(&pattern(2.0), 6);
+    let spec = |speculate| RequestSpec {
+        ignore_eos: true,
+        speculate,
+        ..RequestSpec::greedy(vec![1, 15043, 3186], 60)
+    };
+    let on = e.submit(e.validate(spec(true)).unwrap()).unwrap();
+    let off = e.submit(e.validate(spec(false)).unwrap()).unwrap();
+    let (a, fa) = on.wait().unwrap();
+    let (b, fb) = off.wait().unwrap();
+    let ids = |t: &[hasten_engine::TokenEvent]| t.iter().map(|t| t.id).collect::<Vec<_>>();
+    assert_eq!(ids(&a), ids(&b));
+    assert!(fa.drafted_tokens > 0 && fa.accepted_tokens > 0, "{fa:?}");
+    assert_eq!((fb.drafted_tokens, fb.accepted_tokens), (0, 0));
+    assert_eq!(e.metrics().drafted_tokens as usize, fa.drafted_tokens);
+}

@@ -118,6 +118,16 @@ pub struct Timing {
     pub decode_ms: f64,
     pub prompt_tokens: u64,
     pub cached_prompt_tokens: u64,
+    /// Speculative decoding: tokens drafted for this answer, and those
+    /// accepted (absent without speculation).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub drafted_tokens: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub accepted_tokens: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// `{"error": {...}}`, OpenAI's error body.

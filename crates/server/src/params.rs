@@ -476,6 +476,7 @@ fn plan(
                 deliver_at_end: !stream,
                 grammar: None,
                 special_text: false,
+                speculate: true,
             });
         }
     }
@@ -493,6 +494,33 @@ fn plan(
         grammar_field: "response_format",
         schemas: Vec::new(),
     })
+}
+
+/// A request's `"speculate"` (taken out of `extra`): `off` turns the
+/// engine's speculative decoding off for it; `ngram` asks for it, which
+/// needs a server started with `--speculate ngram`.
+fn speculate(extra: &mut Extra, lim: &Limits) -> Result<bool> {
+    const F: &str = "speculate";
+    match extra.remove(F) {
+        None | Some(Value::Null) => Ok(true),
+        Some(Value::String(m)) => match m.as_str() {
+            "off" => Ok(false),
+            "ngram" if lim.speculates => Ok(true),
+            "ngram" => Err(Error::bad(
+                "this server runs without speculative decoding (start it with --speculate ngram)",
+                F,
+            )),
+            "draft" => Err(Error::unsupported(
+                F,
+                "draft-model speculation is not built yet",
+            )),
+            other => Err(Error::bad(
+                format!("speculate {other:?} is not off, ngram or draft"),
+                F,
+            )),
+        },
+        Some(_) => Err(Error::bad("speculate must be a string", F)),
+    }
 }
 
 fn stream_flags(s: &Sampling) -> Result<(bool, bool)> {
@@ -563,6 +591,7 @@ pub fn plan_chat(
     let mut extra = r.extra.clone();
     let (msgs, how, vars, tools) = template_input(&r.messages, &mut extra)?;
     let answer = crate::format::response_format(&mut extra)?;
+    let spec_on = speculate(&mut extra, lim)?;
     check_extra(&extra, "")?;
     let (stream, include_usage) = stream_flags(&r.sampling)?;
     let logprobs = match (r.logprobs.unwrap_or(false), r.top_logprobs) {
@@ -616,6 +645,7 @@ pub fn plan_chat(
     for s in &mut p.specs {
         s.grammar = grammar.clone();
         s.special_text = special;
+        s.speculate = spec_on;
     }
     Ok(p)
 }
@@ -672,6 +702,7 @@ pub fn plan_completion(
 ) -> Result<Plan> {
     let mut extra = r.extra.clone();
     let grammar = crate::format::response_format(&mut extra)?;
+    let spec_on = speculate(&mut extra, lim)?;
     check_extra(&extra, "")?;
     let (stream, include_usage) = stream_flags(&r.sampling)?;
     let logprobs = match r.logprobs {
@@ -689,7 +720,10 @@ pub fn plan_completion(
         lim,
         sl,
     )?;
-    p.specs.iter_mut().for_each(|s| s.grammar = grammar.clone());
+    for s in &mut p.specs {
+        s.grammar = grammar.clone();
+        s.speculate = spec_on;
+    }
     Ok(p)
 }
 
@@ -759,6 +793,33 @@ mod tests {
                 Err(Error::BadRequest { param, message, .. }) => {
                     assert_eq!(param.as_deref(), Some("chat_template_kwargs"));
                     assert!(message.contains(what), "{message}");
+                }
+                other => panic!("{j}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn speculate_is_checked_against_the_engine() {
+        let lim = |speculates| Limits {
+            vocab_size: 10,
+            context_length: 100,
+            kv_tokens: 80,
+            speculates,
+        };
+        let ex = |j: &str| -> Extra { serde_json::from_str(j).unwrap() };
+        assert!(speculate(&mut ex("{}"), &lim(false)).unwrap());
+        assert!(!speculate(&mut ex(r#"{"speculate":"off"}"#), &lim(true)).unwrap());
+        assert!(speculate(&mut ex(r#"{"speculate":"ngram"}"#), &lim(true)).unwrap());
+        for (j, speculates) in [
+            (r#"{"speculate":"ngram"}"#, false),
+            (r#"{"speculate":"draft"}"#, true),
+            (r#"{"speculate":"maybe"}"#, true),
+            (r#"{"speculate":1}"#, true),
+        ] {
+            match speculate(&mut ex(j), &lim(speculates)) {
+                Err(Error::BadRequest { param, .. }) => {
+                    assert_eq!(param.as_deref(), Some("speculate"))
                 }
                 other => panic!("{j}: {other:?}"),
             }
@@ -862,6 +923,7 @@ mod tests {
             vocab_size: 10,
             context_length: 100,
             kv_tokens: 80,
+            speculates: false,
         };
         let sl = ServerLimits {
             max_prompt_tokens: None,

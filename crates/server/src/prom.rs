@@ -73,6 +73,16 @@ fn engine(out: &mut String, m: &Metrics) {
             m.generated_tokens,
         ),
         (
+            "hasten_spec_drafted_tokens_total",
+            "Speculative decoding: tokens drafted and verified.",
+            m.drafted_tokens,
+        ),
+        (
+            "hasten_spec_accepted_tokens_total",
+            "Speculative decoding: drafted tokens the model agreed with (acceptance rate: accepted / drafted).",
+            m.accepted_tokens,
+        ),
+        (
             "hasten_engine_steps_total",
             "Engine steps (forward passes).",
             m.steps,

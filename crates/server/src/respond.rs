@@ -47,6 +47,8 @@ pub fn timing_of(f: &Finish) -> Timing {
         decode_ms: ms(f.timing.decode),
         prompt_tokens: f.prompt_tokens as u64,
         cached_prompt_tokens: f.cached_prompt_tokens as u64,
+        drafted_tokens: f.drafted_tokens as u64,
+        accepted_tokens: f.accepted_tokens as u64,
     }
 }
 
@@ -464,6 +466,8 @@ pub fn overall_timing(choices: &[Collected]) -> Option<Timing> {
         decode_ms: a.decode_ms.max(b.decode_ms),
         prompt_tokens: a.prompt_tokens,
         cached_prompt_tokens: a.cached_prompt_tokens.min(b.cached_prompt_tokens),
+        drafted_tokens: a.drafted_tokens + b.drafted_tokens,
+        accepted_tokens: a.accepted_tokens + b.accepted_tokens,
     }))
 }
 

@@ -37,6 +37,8 @@ fn fin(text: &str, out: usize, reason: FinishReason) -> Event {
         prompt_tokens: 5,
         cached_prompt_tokens: 2,
         output_tokens: out,
+        drafted_tokens: 0,
+        accepted_tokens: 0,
         timing: hasten_engine::Timing {
             received: Instant::now(),
             queue: Duration::from_millis(1),
@@ -199,6 +201,7 @@ fn server_timing_header_format() {
         decode_ms: 3.25,
         prompt_tokens: 7,
         cached_prompt_tokens: 4,
+        ..Timing::default()
     };
     assert_eq!(
         server_timing(&t),
