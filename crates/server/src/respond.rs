@@ -228,14 +228,13 @@ impl StreamEncoder {
             Event::Finished(f) => {
                 self.choices[i].tokens = f.output_tokens as u64;
                 let mut reason = f.reason.as_openai().to_owned();
-                if let Some(p) = &self.choices[i].parts {
-                    let called = p.called();
+                if self.choices[i].parts.is_some() {
+                    // The last pieces first: a call may close only now.
                     out.extend(self.parts(i, &f.text, None, true));
-                    let called = called
-                        || self.choices[i]
-                            .parts
-                            .as_ref()
-                            .is_some_and(OutputStream::called);
+                    let called = self.choices[i]
+                        .parts
+                        .as_ref()
+                        .is_some_and(OutputStream::called);
                     reason = answer::finish_reason(&reason, called);
                 } else if !f.text.is_empty() {
                     out.push(self.content(i, &f.text, None));
