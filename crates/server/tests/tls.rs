@@ -88,8 +88,17 @@ async fn a_chat_streams_over_https_and_strangers_fail_clearly() {
     assert_eq!(r.status(), 400);
     assert!(r.text().await.unwrap().contains("https://"));
 
-    // Both refusals are counted; the server still serves.
-    let page = live.get("/metrics").await.text().await.unwrap();
+    // Both refusals are counted (by the connection task, which may finish
+    // after the client has its answer: a bounded wait); the server still
+    // serves.
+    let mut page = String::new();
+    for _ in 0..200 {
+        page = live.get("/metrics").await.text().await.unwrap();
+        if metric(&page, "hasten_connections_tls_failed_total") >= 2.0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
     assert!(
         metric(&page, "hasten_connections_tls_failed_total") >= 2.0,
         "{page}"
