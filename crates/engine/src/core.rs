@@ -148,6 +148,10 @@ pub struct Core {
     /// In admission order: the newest is last (and preempted first).
     running: Vec<Seq>,
     cost: CostModel,
+    /// Step time over rows of steps that only decode (and verify drafts),
+    /// and its last fit with enough spread: what a drafted row costs.
+    decode_cost: CostModel,
+    decode_fit: Option<(f64, f64)>,
     metrics: Arc<Mutex<Metrics>>,
     shared: Arc<Shared>,
     /// Start of every hash chain: distinguishes models sharing a process.
@@ -206,6 +210,8 @@ impl Core {
             waiting: VecDeque::new(),
             running: Vec::new(),
             cost: CostModel::default(),
+            decode_cost: CostModel::default(),
+            decode_fit: None,
             metrics,
             shared,
             seed,
@@ -271,6 +277,10 @@ impl Core {
                     .observe(cost, ratio, split, took.as_secs_f64());
             }
             self.cost.observe(tokens, took);
+            if plan.iter().all(|c| c.len == 1 + c.draft) {
+                self.decode_cost.observe(tokens, took);
+                self.decode_fit = self.decode_cost.regress(0.01).or(self.decode_fit);
+            }
             let mut m = self.metrics.lock().unwrap_or_else(|p| p.into_inner());
             m.steps += 1;
             m.step_time.observe_duration(took);
@@ -538,6 +548,7 @@ impl Core {
             Some(_) => Vec::new(),
             None => crate::constraint::masks_now(std::mem::take(&mut grammars), self.cfg.threads),
         };
+        let threshold = self.draft_threshold(plan.iter().filter(|c| c.len == 1 + c.draft).count());
         let logits = self
             .model
             .forward(&batch, &mut self.kv, &mut self.scratch, self.cfg.threads);
@@ -575,6 +586,7 @@ impl Core {
                         self.seed,
                     )),
                     buf: &mut self.logits,
+                    threshold,
                 };
                 if let Some(reason) = v.verify(&mut self.running[c.seq], c.draft, rows, now) {
                     done.push((c.seq, reason));

@@ -37,21 +37,31 @@ impl CostModel {
 
     /// (fixed seconds per step, seconds per token), once any step was seen.
     pub fn fit(&self) -> Option<(f64, f64)> {
+        let [n, sx, sy, ..] = self.s;
+        if n < 1e-9 {
+            return None;
+        }
+        // Too little spread in step sizes: charge everything per token.
+        self.regress(1e-6)
+            .or(Some((0.0, (sy / n) / (sx / n).max(1.0))))
+    }
+
+    /// The least-squares line, when the recent steps' token counts vary
+    /// by more than `min_var` relative to their mean squared (and the
+    /// slope is positive); None otherwise.
+    pub fn regress(&self, min_var: f64) -> Option<(f64, f64)> {
         let [n, sx, sy, sxx, sxy] = self.s;
         if n < 1e-9 {
             return None;
         }
         let (mx, my) = (sx / n, sy / n);
         let var = sxx / n - mx * mx;
-        if var > 1e-6 * mx.max(1.0) * mx.max(1.0) {
-            let b = (sxy / n - mx * my) / var;
-            let a = my - b * mx;
-            if b > 0.0 {
-                return Some((a.max(0.0), b));
-            }
+        if var <= min_var * mx.max(1.0) * mx.max(1.0) {
+            return None;
         }
-        // Too little spread in step sizes: charge everything per token.
-        Some((0.0, my / mx.max(1.0)))
+        let b = (sxy / n - mx * my) / var;
+        let a = my - b * mx;
+        (b > 0.0).then_some((a.max(0.0), b))
     }
 
     /// Tokens a step may carry so that it takes about `target`.
@@ -91,5 +101,24 @@ mod tests {
         let n = c.tokens_within(Duration::from_millis(60)).unwrap();
         assert!((99..=100).contains(&n), "{n}");
         assert!(c.tokens_within(Duration::from_millis(5)) == Some(0));
+    }
+
+    #[test]
+    fn regress_wants_spread() {
+        let mut c = CostModel::default();
+        for _ in 0..20 {
+            c.observe(1, Duration::from_millis(3));
+        }
+        assert!(c.regress(0.01).is_none(), "one step size fits no line");
+        assert!(c.fit().is_some(), "but the scheduler still gets a rate");
+        for i in 0..20 {
+            let t = 1 + i % 5;
+            c.observe(t, Duration::from_secs_f64(0.002 + 0.001 * t as f64));
+        }
+        let (a, b) = c.regress(0.01).unwrap();
+        assert!(
+            (a - 0.002).abs() < 2e-4 && (b - 0.001).abs() < 1e-4,
+            "{a} {b}"
+        );
     }
 }

@@ -19,10 +19,12 @@ use std::time::Instant;
 
 /// A sequence's draft length, adapted to how its drafts fare: doubled
 /// after a draft is accepted whole, cut to one past what was accepted
-/// after a partial one; a one-token draft rejected outright pauses
-/// drafting, for twice as many steps each time it happens again in a row
-/// (each rejected position costs a token of compute in the pass for
-/// nothing, so text that does not repeat itself soon stops paying it).
+/// after a partial one. Drafting pauses, for twice as many steps each time
+/// it happens again without an accepted token in between, when a one-token
+/// draft is rejected outright or when the recent share of drafted tokens
+/// accepted falls below what a drafted token costs (each rejected
+/// position costs a row of the pass for nothing, so text that does not
+/// repeat itself soon stops paying it; see [`Core::draft_threshold`]).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct DraftLen {
     /// Tokens to draft at most next time (before the engine's cap).
@@ -31,6 +33,8 @@ pub(super) struct DraftLen {
     pause: usize,
     /// The pause after the next outright rejection.
     backoff: usize,
+    /// Recent share of drafted tokens accepted (moving average).
+    rate: f64,
 }
 
 impl Default for DraftLen {
@@ -39,6 +43,7 @@ impl Default for DraftLen {
             len: 4,
             pause: 0,
             backoff: MIN_PAUSE,
+            rate: 0.5,
         }
     }
 }
@@ -46,18 +51,41 @@ impl Default for DraftLen {
 /// Steps without drafts after a first outright rejection, and at most.
 const MIN_PAUSE: usize = 8;
 const MAX_PAUSE: usize = 512;
+/// Weight of the latest verification in the acceptance average.
+const RATE_WEIGHT: f64 = 0.3;
 
 impl DraftLen {
-    fn observe(&mut self, drafted: usize, accepted: usize) {
+    /// Takes in how a draft fared; `threshold`: the acceptance share below
+    /// which drafting costs more than it brings.
+    fn observe(&mut self, drafted: usize, accepted: usize, threshold: f64) {
+        if drafted == 0 {
+            return;
+        }
         if accepted > 0 {
             self.backoff = MIN_PAUSE;
         }
-        self.len = if accepted == drafted {
+        self.rate += RATE_WEIGHT * (accepted as f64 / drafted as f64 - self.rate);
+        let pause = |d: &mut Self| {
+            d.pause = d.backoff;
+            d.backoff = (2 * d.backoff).min(MAX_PAUSE);
+            // The probe after the pause decides whether drafting resumes.
+            d.rate = d.rate.max(threshold);
+            1
+        };
+        self.len = if self.rate < threshold {
+            if accepted == 0 {
+                pause(self)
+            } else {
+                // Paying less than it costs, but not nothing: pause without
+                // lengthening the next pause.
+                self.pause = self.backoff;
+                self.rate = threshold;
+                1
+            }
+        } else if accepted == drafted {
             (2 * drafted).max(1)
         } else if accepted == 0 && drafted <= 1 {
-            self.pause = self.backoff;
-            self.backoff = (2 * self.backoff).min(MAX_PAUSE);
-            1
+            pause(self)
         } else {
             (accepted + 1).min(drafted.div_ceil(2)).max(1)
         };
@@ -82,6 +110,8 @@ pub(super) struct Verifier<'a> {
     pub cache: Option<(&'a BlockPool, usize, ChainHash)>,
     /// One row of logits, sampled in place.
     pub buf: &'a mut [f32],
+    /// Acceptance share below which drafts do not pay this step.
+    pub threshold: f64,
 }
 
 impl Verifier<'_> {
@@ -119,7 +149,7 @@ impl Verifier<'_> {
         if let Some((pool, bs, seed)) = self.cache {
             publish_full_blocks(pool, s, bs, seed);
         }
-        s.draft_len.observe(drafts.len(), accepted);
+        s.draft_len.observe(drafts.len(), accepted, self.threshold);
         s.drafted += drafts.len();
         s.accepted += accepted;
         let mut m = self.metrics.lock().unwrap_or_else(|p| p.into_inner());
@@ -130,6 +160,25 @@ impl Verifier<'_> {
 }
 
 impl Core {
+    /// The share of drafted tokens that must be accepted for drafting to
+    /// pay in a step that decodes `decoding` sequences: a step costs
+    /// `a + b·rows` (fitted over decode steps), so drafting k tokens for one
+    /// of them costs `b·k` and brings `rate·k` tokens worth `(a + b·B)/B`
+    /// each. On one stream `b` is small beside `a` (the weights are read
+    /// once whatever the rows) and most acceptance pays; in a large batch,
+    /// or on a small model whose rows are compute, it no longer does. 0
+    /// before any fit (draft to learn).
+    pub(super) fn draft_threshold(&self, decoding: usize) -> f64 {
+        let Some((a, b)) = self.decode_fit else {
+            return 0.0;
+        };
+        let batch = decoding.max(1) as f64;
+        // With a margin for what the fit leaves out (drafting and the
+        // verification's bookkeeping) and its noise: a draft that only
+        // breaks even is not worth the jitter.
+        (1.25 * b * batch / (a + b * batch) + 0.05).min(1.0)
+    }
+
     /// Drafts the next tokens of every sequence this step sampled for and
     /// that goes on (`done`: those that end, sorted by index).
     pub(super) fn draft_next(&mut self, plan: &[Chunk], done: &[(usize, FinishReason)]) {
@@ -152,5 +201,63 @@ impl Core {
             let k = s.draft_len.next(cap);
             s.draft = self.cfg.drafter.draft(&s.tokens, k);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DraftLen;
+
+    /// Steps until the next draft, and its length.
+    fn wait(d: &mut DraftLen) -> (usize, usize) {
+        for steps in 0..10_000 {
+            let k = d.next(8);
+            if k > 0 {
+                return (steps, k);
+            }
+        }
+        panic!("drafting never resumed");
+    }
+
+    #[test]
+    fn lengths_follow_acceptance() {
+        let mut d = DraftLen::default();
+        assert_eq!(d.next(8), 4);
+        d.observe(4, 4, 0.0);
+        assert_eq!(d.next(8), 8, "a whole accepted draft doubles");
+        assert_eq!(d.next(3), 3, "the cap holds");
+        d.observe(8, 2, 0.0);
+        assert_eq!(d.next(8), 3, "one past what was accepted");
+    }
+
+    #[test]
+    fn outright_rejections_pause_longer_each_time() {
+        let mut d = DraftLen::default();
+        d.observe(4, 0, 0.0);
+        d.observe(1, 0, 0.0);
+        assert_eq!(wait(&mut d), (8, 1));
+        d.observe(1, 0, 0.0);
+        assert_eq!(wait(&mut d), (16, 1));
+        d.observe(1, 1, 0.0);
+        assert_eq!(d.next(8), 2, "an accepted probe resumes drafting");
+    }
+
+    #[test]
+    fn drafts_that_do_not_pay_for_their_rows_pause() {
+        // Half the drafted tokens accepted: worth it when a row costs
+        // little (threshold 0.2), not when it costs much (0.7).
+        let mut cheap = DraftLen::default();
+        let mut dear = DraftLen::default();
+        for _ in 0..10 {
+            cheap.observe(4, 2, 0.2);
+            dear.observe(4, 2, 0.7);
+        }
+        assert!(cheap.pause == 0 && cheap.len >= 2, "{cheap:?}");
+        assert!(dear.pause > 0, "{dear:?}");
+        // After the pause a probe decides: accepted, drafting resumes.
+        let (steps, k) = wait(&mut dear);
+        assert!(steps > 0 && k == 1, "{steps} {k}");
+        dear.observe(1, 1, 0.7);
+        assert!(dear.next(8) > 0);
     }
 }
