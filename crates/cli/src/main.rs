@@ -108,21 +108,30 @@ pub(crate) fn threads(n: usize) -> anyhow::Result<hasten_kernels::threads::Threa
 /// Speculative decoding flags of `hasten serve` and `hasten run`.
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct Speculation {
-    /// Speculative decoding: `ngram` drafts the next tokens from the
-    /// prompt and the text so far (prompt lookup) and verifies them in the
-    /// same pass; the output is the same token for token. Off by default
-    /// until the engine adapts draft lengths to the batch.
-    #[arg(long, value_enum, default_value = "off")]
+    /// Speculative decoding: drafted tokens are verified in the same pass
+    /// as the token before them, and the output is the same token for
+    /// token. `auto` drafts with --draft-model if given, else by prompt
+    /// lookup (`ngram`: from the prompt and the text so far), and each
+    /// sequence backs off where its drafts do not pay for their share of
+    /// the step; `draft` needs --draft-model; `off` never drafts.
+    #[arg(long, value_enum, default_value = "auto")]
     speculate: SpecMode,
     /// Drafted tokens verified per step at most.
     #[arg(long, default_value_t = 8)]
     max_draft: usize,
+    /// A small model with the same vocabulary that drafts (GGUF file,
+    /// checkpoint directory or hf: reference); its KV rows share the
+    /// KV cache's blocks.
+    #[arg(long, value_name = "MODEL")]
+    draft_model: Option<std::path::PathBuf>,
 }
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 enum SpecMode {
+    Auto,
     Off,
     Ngram,
+    Draft,
 }
 
 impl Speculation {
@@ -130,8 +139,40 @@ impl Speculation {
     pub(crate) fn max_draft(&self) -> usize {
         match self.speculate {
             SpecMode::Off => 0,
-            SpecMode::Ngram => self.max_draft,
+            _ => self.max_draft,
         }
+    }
+
+    /// The draft model to load, if speculation drafts with one; an error
+    /// for flags that contradict each other.
+    pub(crate) fn draft_model(&self) -> anyhow::Result<Option<&std::path::Path>> {
+        match (self.speculate, &self.draft_model) {
+            (SpecMode::Draft, None) => anyhow::bail!("--speculate draft needs --draft-model FILE"),
+            (SpecMode::Off | SpecMode::Ngram, Some(_)) => {
+                anyhow::bail!("--draft-model drafts only with --speculate draft or auto")
+            }
+            (_, Some(_)) if self.max_draft == 0 => {
+                anyhow::bail!("--draft-model needs --max-draft of at least 1")
+            }
+            (SpecMode::Auto | SpecMode::Draft, Some(p)) => Ok(Some(p)),
+            _ => Ok(None),
+        }
+    }
+
+    /// Loads the draft model for `model` (`hasten run` and `hasten serve`).
+    pub(crate) fn load_draft(
+        &self,
+        model: &hasten_model::llama::Model,
+        tok: &hasten_model::tokenizer::Tokenizer,
+    ) -> anyhow::Result<Option<std::sync::Arc<hasten_model::llama::Model>>> {
+        use anyhow::Context;
+        let Some(p) = self.draft_model()? else {
+            return Ok(None);
+        };
+        let (path, _) = crate::models::resolve(Some(p))?;
+        let d = hasten_engine::draft::load_draft_model(&path, model, tok)
+            .with_context(|| format!("loading --draft-model {}", path.display()))?;
+        Ok(Some(d))
     }
 }
 

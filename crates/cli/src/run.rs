@@ -95,9 +95,12 @@ pub struct Args {
 
 pub fn main(a: Args) -> Result<()> {
     let threads = crate::threads(a.threads)?;
+    // Contradictory flags fail before the model loads.
+    a.speculation.draft_model()?;
     let t_load = Instant::now();
     let (path, _) = crate::models::resolve(a.model.as_deref())?;
     let lm = load(&path).context("loading the model")?;
+    let draft = a.speculation.load_draft(&lm.model, &lm.tokenizer)?;
     let load_ms = t_load.elapsed().as_secs_f64() * 1e3;
     let tok = Arc::new(lm.tokenizer);
     let model = Arc::new(lm.model);
@@ -158,6 +161,7 @@ pub fn main(a: Args) -> Result<()> {
         EngineConfig {
             max_step_tokens: a.max_batch_tokens,
             max_draft: a.speculation.max_draft(),
+            draft_model: draft,
             ..EngineConfig::single(n_prompt + max_new, threads)
         },
     )?;

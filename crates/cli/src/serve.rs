@@ -183,7 +183,9 @@ pub fn main(a: Args) -> Result<()> {
         threads,
         max_step_tokens: Some(a.max_batch_tokens),
         max_draft: a.speculation.max_draft(),
+        draft_model: None,
     };
+    let draft = a.speculation.draft_model()?.map(|p| p.to_owned());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .worker_threads(2)
@@ -201,11 +203,16 @@ pub fn main(a: Args) -> Result<()> {
         let loader = move || -> std::result::Result<Backend, LoadError> {
             // Resolving may download (hf:): the server already answers probes.
             let (path, default_name) = crate::models::resolve(model.as_deref())?;
+            let draft = match &draft {
+                Some(d) => Some(crate::models::resolve(Some(d))?.0),
+                None => None,
+            };
             let b = Backend::load(
                 &path,
                 served.unwrap_or(default_name),
                 &engine,
                 template.as_deref(),
+                draft.as_deref(),
             )?;
             // Scripts wait for this line to learn the port (with --port 0);
             // it comes once the model is loaded, so it never precedes a

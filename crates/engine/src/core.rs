@@ -71,6 +71,9 @@ pub struct Seq {
     /// Tokens drafted for this sequence, and accepted.
     drafted: usize,
     accepted: usize,
+    /// Leading positions whose draft-model KV rows are in the cache
+    /// (`draft_pass.rs`).
+    draft_computed: usize,
 }
 
 impl Seq {
@@ -104,6 +107,7 @@ impl Seq {
             draft_len: speculate::DraftLen::default(),
             drafted: 0,
             accepted: 0,
+            draft_computed: 0,
         }
     }
 
@@ -137,6 +141,9 @@ struct Chunk {
 #[path = "speculate.rs"]
 mod speculate;
 
+#[path = "draft_pass.rs"]
+mod draft_pass;
+
 pub struct Core {
     model: Arc<Model>,
     tokenizer: Arc<Tokenizer>,
@@ -165,6 +172,10 @@ pub struct Core {
     /// Computes grammar masks beside the forward pass
     /// ([`EngineConfig::mask_thread`]).
     masks: Option<crate::constraint::MaskWorker>,
+    /// The draft model ([`EngineConfig::draft_model`]), if speculating with one.
+    draft: Option<draft_pass::DraftModel>,
+    /// Time the last step spent in draft-model passes.
+    draft_time: Duration,
 }
 
 impl Core {
@@ -198,7 +209,19 @@ impl Core {
             cfg.max_step_tokens + cfg.max_running * per_seq,
             cfg.max_running * per_seq,
         );
+        let draft = match (&cfg.draft_model, cfg.max_draft) {
+            (Some(m), 1..) => Some(draft_pass::DraftModel::new(
+                m.clone(),
+                n_blocks,
+                cfg.block_size,
+                cfg.max_step_tokens + cfg.max_running,
+                cfg.max_running,
+            )),
+            _ => None,
+        };
         Core {
+            draft,
+            draft_time: Duration::ZERO,
             masks: cfg
                 .mask_thread
                 .then(crate::constraint::MaskWorker::spawn)
@@ -277,7 +300,10 @@ impl Core {
                     .observe(cost, ratio, split, took.as_secs_f64());
             }
             self.cost.observe(tokens, took);
+            // The draft model's passes are charged to drafted tokens apart.
+            let draft_time = std::mem::take(&mut self.draft_time);
             if plan.iter().all(|c| c.len == 1 + c.draft) {
+                let took = took.saturating_sub(draft_time);
                 self.decode_cost.observe(tokens, took);
                 self.decode_fit = self.decode_cost.regress(0.01).or(self.decode_fit);
             }
@@ -342,7 +368,10 @@ impl Core {
                     i += 1;
                     continue;
                 }
-                self.running[i].draft.clear();
+                let s = &mut self.running[i];
+                s.draft.clear();
+                // Draft-model rows past the last token held the drafts.
+                s.draft_computed = s.draft_computed.min(s.tokens.len());
                 let mut fits = self.grow(i, 1) == 1;
                 while !fits && self.running.len() - 1 > i {
                     self.preempt(self.running.len() - 1);
@@ -479,6 +508,7 @@ impl Core {
         seq.hashes.clear();
         seq.computed = 0;
         seq.draft.clear();
+        seq.draft_computed = 0;
         seq.preemptions += 1;
         self.waiting.push_front(seq);
         self.metrics
@@ -548,7 +578,8 @@ impl Core {
             Some(_) => Vec::new(),
             None => crate::constraint::masks_now(std::mem::take(&mut grammars), self.cfg.threads),
         };
-        let threshold = self.draft_threshold(plan.iter().filter(|c| c.len == 1 + c.draft).count());
+        let decoding = plan.iter().filter(|c| c.len == 1 + c.draft).count();
+        let thresholds = [false, true].map(|model| self.draft_threshold(decoding, model));
         let logits = self
             .model
             .forward(&batch, &mut self.kv, &mut self.scratch, self.cfg.threads);
@@ -575,6 +606,8 @@ impl Core {
         let mut done: Vec<(usize, FinishReason)> = Vec::new();
         for (c, want) in plan.iter().zip(wants) {
             if c.draft > 0 {
+                let by_model =
+                    speculate::drafts_with_model(&self.running[c.seq], self.draft.is_some());
                 let rows = &logits[row * vocab..(row + c.len) * vocab];
                 row += c.len;
                 let mut v = speculate::Verifier {
@@ -586,7 +619,9 @@ impl Core {
                         self.seed,
                     )),
                     buf: &mut self.logits,
-                    threshold,
+                    threshold: thresholds[usize::from(by_model)],
+                    by_model,
+                    block_size: self.cfg.block_size,
                 };
                 if let Some(reason) = v.verify(&mut self.running[c.seq], c.draft, rows, now) {
                     done.push((c.seq, reason));

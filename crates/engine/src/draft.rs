@@ -1,9 +1,52 @@
-//! Drafters for speculative decoding (issue 24; verification in the step is
-//! not built yet). [`NgramDrafter`] is prompt lookup: the tokens that
+//! Drafters for speculative decoding (verified in the engine's step,
+//! `core/speculate.rs`). [`NgramDrafter`] is prompt lookup: the tokens that
 //! followed the latest earlier occurrence of the sequence's last n tokens
 //! (the longest n that has one), as vLLM's `ngram` and llama.cpp's lookup
 //! decoding draft. Answers that repeat spans of their input (RAG, code
 //! edits, JSON, summaries) or of themselves get long accepted drafts.
+//! A draft model (run by the step itself) must first pass
+//! [`check_draft_model`].
+
+use crate::{Error, Result};
+use hasten_model::llama::Model;
+use hasten_model::tokenizer::Tokenizer;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Loads the draft model at `path` for `target` (`--draft-model`) and
+/// checks that it can draft for it.
+pub fn load_draft_model(path: &Path, target: &Model, tok: &Tokenizer) -> Result<Arc<Model>> {
+    let lm = hasten_model::loader::load(path)?;
+    check_draft_model(target, tok, &lm.model, &lm.tokenizer)?;
+    Ok(Arc::new(lm.model))
+}
+
+/// Checks that `draft` (with its tokenizer) can draft for `target`: the
+/// same vocabulary, token for token (a draft's token ids are verified as
+/// the target's own), and the same end-of-sequence tokens.
+pub fn check_draft_model(
+    target: &Model,
+    target_tok: &Tokenizer,
+    draft: &Model,
+    draft_tok: &Tokenizer,
+) -> Result<()> {
+    let bad = |m: String| Err(Error::Config(format!("the draft model cannot draft: {m}")));
+    let (tv, dv) = (target.config.vocab_size, draft.config.vocab_size);
+    if tv != dv || target_tok.vocab_size() != draft_tok.vocab_size() {
+        return bad(format!(
+            "its vocabulary has {dv} tokens, the model's {tv} (they must be the same)"
+        ));
+    }
+    for id in 0..target_tok.vocab_size() as u32 {
+        let (a, b) = (target_tok.piece(id), draft_tok.piece(id));
+        if a != b || target_tok.is_eos(id) != draft_tok.is_eos(id) {
+            return bad(format!(
+                "token {id} is {b:?} in its vocabulary, {a:?} in the model's"
+            ));
+        }
+    }
+    Ok(())
+}
 
 /// Prompt-lookup drafting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

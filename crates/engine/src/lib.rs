@@ -24,7 +24,8 @@ pub mod request;
 pub use error::{Error, Result};
 pub use metrics::Metrics;
 pub use request::{
-    Event, Finish, FinishReason, Limits, Request, RequestSpec, Timing, TokenEvent, TokenLogprobs,
+    Event, Finish, FinishReason, Limits, Request, RequestSpec, Speculate, Timing, TokenEvent,
+    TokenLogprobs,
 };
 
 use hasten_kernels::threads::Threads;
@@ -59,10 +60,15 @@ pub struct EngineConfig {
     /// not use; on a full machine the thread would slow the pass more than
     /// the masks cost, so they are computed before it).
     pub mask_thread: bool,
-    /// Speculative decoding by prompt lookup: up to this many drafted
-    /// tokens verified per decode step (0: off).
+    /// Speculative decoding: up to this many drafted tokens verified per
+    /// decode step (0: off).
     pub max_draft: usize,
+    /// Prompt lookup, the drafter without a second model.
     pub drafter: draft::NgramDrafter,
+    /// A small model with the target's vocabulary that drafts instead
+    /// (checked by [`draft::check_draft_model`]); its KV rows live in the
+    /// same blocks as the target's.
+    pub draft_model: Option<Arc<Model>>,
 }
 
 impl EngineConfig {
@@ -82,13 +88,17 @@ impl EngineConfig {
                 > threads.get(),
             max_draft: 0,
             drafter: draft::NgramDrafter::default(),
+            draft_model: None,
             threads,
         }
     }
 
-    /// The KV tokens that fit in `bytes` for `model` (f16 K and V).
-    pub fn kv_tokens_for_bytes(model: &Model, bytes: usize) -> usize {
-        bytes / model.config.kv_bytes_per_token().max(1)
+    /// The KV tokens that fit in `bytes` for `model` (f16 K and V), with
+    /// the draft model's rows beside them if there is one.
+    pub fn kv_tokens_for_bytes(model: &Model, draft: Option<&Model>, bytes: usize) -> usize {
+        let per = model.config.kv_bytes_per_token()
+            + draft.map_or(0, |d| d.config.kv_bytes_per_token());
+        bytes / per.max(1)
     }
 
     /// A serving engine for `model` sized from an operator's choices: the
@@ -96,7 +106,8 @@ impl EngineConfig {
     /// sequence at full context twice over (the rest is prefix cache), so
     /// small models need not touch a GiB.
     pub fn for_model(model: &Model, o: &EngineOptions) -> Self {
-        let kv_tokens = Self::kv_tokens_for_bytes(model, o.kv_bytes)
+        let draft = o.draft_model.as_deref();
+        let kv_tokens = Self::kv_tokens_for_bytes(model, draft, o.kv_bytes)
             .min(2 * o.max_running * model.config.context_length);
         let mut ec = EngineConfig::new(kv_tokens, o.threads);
         ec.max_running = o.max_running;
@@ -108,6 +119,7 @@ impl EngineConfig {
         ec.itl_target = o.itl_target;
         ec.prefix_cache = o.prefix_cache;
         ec.max_draft = o.max_draft;
+        ec.draft_model = o.draft_model.clone();
         ec
     }
 
@@ -155,9 +167,10 @@ pub struct EngineOptions {
     /// Tokens in one step at most (vLLM's `--max-num-batched-tokens`,
     /// llama.cpp's `-b`); `None` keeps [`EngineConfig::new`]'s.
     pub max_step_tokens: Option<usize>,
-    /// Speculative decoding (prompt lookup): drafted tokens per step at
-    /// most, 0 for none.
+    /// Speculative decoding: drafted tokens per step at most, 0 for none.
     pub max_draft: usize,
+    /// Draft with this model rather than by prompt lookup.
+    pub draft_model: Option<Arc<Model>>,
 }
 
 impl EngineOptions {
@@ -173,6 +186,7 @@ impl EngineOptions {
             threads,
             max_step_tokens: None,
             max_draft: 0,
+            draft_model: None,
         }
     }
 }
@@ -273,6 +287,7 @@ impl Engine {
             context_length: model.config.context_length,
             kv_tokens: cfg.kv_blocks() * cfg.block_size,
             speculates: cfg.max_draft > 0,
+            draft_model: cfg.max_draft > 0 && cfg.draft_model.is_some(),
         };
         let shared = Arc::new(Shared::default());
         let metrics = Arc::new(Mutex::new(Metrics::default()));

@@ -40,9 +40,24 @@ pub struct RequestSpec {
     /// vocabulary text, as vLLM's `skip_special_tokens: false` does; the
     /// tokens that end the output never show.
     pub special_text: bool,
-    /// Draft and verify tokens when the engine speculates (a request's
-    /// `"speculate": "off"` clears it).
-    pub speculate: bool,
+    /// Which drafter speculative decoding uses for this request (a
+    /// request's `"speculate"`).
+    pub speculate: Speculate,
+}
+
+/// A request's choice of speculative decoding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Speculate {
+    /// The engine's own: its draft model if it has one, else prompt
+    /// lookup, if it speculates at all.
+    #[default]
+    Auto,
+    /// No drafts: one token per step.
+    Off,
+    /// Prompt lookup (free: no second model), on any speculating engine.
+    Ngram,
+    /// The engine's draft model (needs one).
+    Model,
 }
 
 impl RequestSpec {
@@ -60,7 +75,7 @@ impl RequestSpec {
             deliver_at_end: false,
             grammar: None,
             special_text: false,
-            speculate: true,
+            speculate: Speculate::Auto,
         }
     }
 }
@@ -74,6 +89,8 @@ pub struct Limits {
     pub kv_tokens: usize,
     /// The engine drafts and verifies tokens (speculative decoding).
     pub speculates: bool,
+    /// It has a draft model (`"speculate": "draft"`).
+    pub draft_model: bool,
 }
 
 /// A request the engine accepts: only [`Request::validate`] makes one.
@@ -229,6 +246,7 @@ mod tests {
         context_length: 64,
         kv_tokens: 48,
         speculates: false,
+        draft_model: false,
     };
 
     #[test]

@@ -10,6 +10,7 @@
 //! of the rejected drafts are left to be overwritten.
 
 use super::{emit_token, publish_full_blocks, Chunk, Core, Seq};
+use crate::request::Speculate;
 use crate::blocks::{BlockPool, ChainHash};
 use crate::metrics::Metrics;
 use crate::request::FinishReason;
@@ -35,6 +36,12 @@ pub(super) struct DraftLen {
     backoff: usize,
     /// Recent share of drafted tokens accepted (moving average).
     rate: f64,
+    /// Draft-model drafts in a row rejected outright, and whether the
+    /// model was given up on for this sequence (it falls back to prompt
+    /// lookup): each probe after a pause first catches the draft model up
+    /// over the paused tokens, a cost that only pays if the model agrees.
+    model_misses: u8,
+    model_off: bool,
 }
 
 impl Default for DraftLen {
@@ -44,6 +51,8 @@ impl Default for DraftLen {
             pause: 0,
             backoff: MIN_PAUSE,
             rate: 0.5,
+            model_misses: 0,
+            model_off: false,
         }
     }
 }
@@ -53,13 +62,20 @@ const MIN_PAUSE: usize = 8;
 const MAX_PAUSE: usize = 512;
 /// Weight of the latest verification in the acceptance average.
 const RATE_WEIGHT: f64 = 0.3;
+/// Outright rejections in a row after which a sequence stops drafting
+/// with the draft model.
+const MODEL_MISSES: u8 = 3;
 
 impl DraftLen {
     /// Takes in how a draft fared; `threshold`: the acceptance share below
     /// which drafting costs more than it brings.
-    fn observe(&mut self, drafted: usize, accepted: usize, threshold: f64) {
+    fn observe(&mut self, drafted: usize, accepted: usize, threshold: f64, by_model: bool) {
         if drafted == 0 {
             return;
+        }
+        if by_model {
+            self.model_misses = if accepted == 0 { self.model_misses + 1 } else { 0 };
+            self.model_off |= self.model_misses >= MODEL_MISSES;
         }
         if accepted > 0 {
             self.backoff = MIN_PAUSE;
@@ -112,6 +128,9 @@ pub(super) struct Verifier<'a> {
     pub buf: &'a mut [f32],
     /// Acceptance share below which drafts do not pay this step.
     pub threshold: f64,
+    /// The drafts came from the draft model.
+    pub by_model: bool,
+    pub block_size: usize,
 }
 
 impl Verifier<'_> {
@@ -149,7 +168,12 @@ impl Verifier<'_> {
         if let Some((pool, bs, seed)) = self.cache {
             publish_full_blocks(pool, s, bs, seed);
         }
-        s.draft_len.observe(drafts.len(), accepted, self.threshold);
+        // Blocks taken only for rejected drafts go back to the pool (never
+        // published: they lie past `computed`); the draft model's rows
+        // hold for the accepted positions only.
+        s.blocks.truncate((s.computed + 1).div_ceil(self.block_size));
+        s.draft_computed = s.draft_computed.min(s.computed);
+        s.draft_len.observe(drafts.len(), accepted, self.threshold, self.by_model);
         s.drafted += drafts.len();
         s.accepted += accepted;
         let mut m = self.metrics.lock().unwrap_or_else(|p| p.into_inner());
@@ -157,6 +181,14 @@ impl Verifier<'_> {
         m.accepted_tokens += accepted as u64;
         reason
     }
+}
+
+/// Whether `s` drafts with the engine's draft model (`has_model`) rather
+/// than by prompt lookup.
+pub(super) fn drafts_with_model(s: &Seq, has_model: bool) -> bool {
+    has_model
+        && !s.draft_len.model_off
+        && matches!(s.req.spec().speculate, Speculate::Auto | Speculate::Model)
 }
 
 impl Core {
@@ -168,11 +200,17 @@ impl Core {
     /// once whatever the rows) and most acceptance pays; in a large batch,
     /// or on a small model whose rows are compute, it no longer does. 0
     /// before any fit (draft to learn).
-    pub(super) fn draft_threshold(&self, decoding: usize) -> f64 {
+    /// A draft model's passes add their own time per drafted token
+    /// (`model`).
+    pub(super) fn draft_threshold(&self, decoding: usize, model: bool) -> f64 {
         let Some((a, b)) = self.decode_fit else {
             return 0.0;
         };
         let batch = decoding.max(1) as f64;
+        let b = b + match (&self.draft, model) {
+            (Some(d), true) => d.per_token,
+            _ => 0.0,
+        };
         // With a margin for what the fit leaves out (drafting and the
         // verification's bookkeeping) and its noise: a draft that only
         // breaks even is not worth the jitter.
@@ -183,12 +221,15 @@ impl Core {
     /// that goes on (`done`: those that end, sorted by index).
     pub(super) fn draft_next(&mut self, plan: &[Chunk], done: &[(usize, FinishReason)]) {
         let context = self.model.config.context_length;
+        let mut by_model = Vec::new();
         for c in plan {
             if done.binary_search_by_key(&c.seq, |d| d.0).is_ok() {
                 continue;
             }
+            let has_model = self.draft.is_some();
             let s = &mut self.running[c.seq];
-            if s.remaining() != 1 || s.generated == 0 || !s.req.spec().speculate {
+            if s.remaining() != 1 || s.generated == 0 || s.req.spec().speculate == Speculate::Off
+            {
                 continue;
             }
             // No drafts past the context, nor past the tokens still wanted
@@ -199,7 +240,18 @@ impl Core {
                 .min(context.saturating_sub(s.tokens.len()))
                 .min(s.req.spec().max_tokens.saturating_sub(s.generated + 1));
             let k = s.draft_len.next(cap);
-            s.draft = self.cfg.drafter.draft(&s.tokens, k);
+            if drafts_with_model(s, has_model) {
+                if k > 0 {
+                    by_model.push((c.seq, k));
+                }
+            } else {
+                s.draft = self.cfg.drafter.draft(&s.tokens, k);
+            }
+        }
+        if !by_model.is_empty() {
+            let t = Instant::now();
+            self.draft_with_model(by_model);
+            self.draft_time = t.elapsed();
         }
     }
 }
@@ -223,22 +275,22 @@ mod tests {
     fn lengths_follow_acceptance() {
         let mut d = DraftLen::default();
         assert_eq!(d.next(8), 4);
-        d.observe(4, 4, 0.0);
+        d.observe(4, 4, 0.0, false);
         assert_eq!(d.next(8), 8, "a whole accepted draft doubles");
         assert_eq!(d.next(3), 3, "the cap holds");
-        d.observe(8, 2, 0.0);
+        d.observe(8, 2, 0.0, false);
         assert_eq!(d.next(8), 3, "one past what was accepted");
     }
 
     #[test]
     fn outright_rejections_pause_longer_each_time() {
         let mut d = DraftLen::default();
-        d.observe(4, 0, 0.0);
-        d.observe(1, 0, 0.0);
+        d.observe(4, 0, 0.0, false);
+        d.observe(1, 0, 0.0, false);
         assert_eq!(wait(&mut d), (8, 1));
-        d.observe(1, 0, 0.0);
+        d.observe(1, 0, 0.0, false);
         assert_eq!(wait(&mut d), (16, 1));
-        d.observe(1, 1, 0.0);
+        d.observe(1, 1, 0.0, false);
         assert_eq!(d.next(8), 2, "an accepted probe resumes drafting");
     }
 
@@ -249,15 +301,29 @@ mod tests {
         let mut cheap = DraftLen::default();
         let mut dear = DraftLen::default();
         for _ in 0..10 {
-            cheap.observe(4, 2, 0.2);
-            dear.observe(4, 2, 0.7);
+            cheap.observe(4, 2, 0.2, false);
+            dear.observe(4, 2, 0.7, false);
         }
         assert!(cheap.pause == 0 && cheap.len >= 2, "{cheap:?}");
         assert!(dear.pause > 0, "{dear:?}");
         // After the pause a probe decides: accepted, drafting resumes.
         let (steps, k) = wait(&mut dear);
         assert!(steps > 0 && k == 1, "{steps} {k}");
-        dear.observe(1, 1, 0.7);
+        dear.observe(1, 1, 0.7, false);
         assert!(dear.next(8) > 0);
+    }
+
+    #[test]
+    fn a_draft_model_that_never_agrees_is_given_up() {
+        let mut d = DraftLen::default();
+        d.observe(4, 0, 0.0, true);
+        d.observe(1, 1, 0.0, true);
+        d.observe(1, 0, 0.0, true);
+        d.observe(1, 0, 0.0, true);
+        assert!(!d.model_off, "an accepted token in between resets the count");
+        d.observe(1, 0, 0.0, true);
+        assert!(d.model_off);
+        d.observe(1, 1, 0.0, false);
+        assert!(d.model_off, "prompt lookup's success does not bring it back");
     }
 }

@@ -109,11 +109,15 @@ impl Backend {
     /// model's, else the fallback), sizes an engine for it from `opts` and
     /// starts it; `model_id` is the name clients use. Logs the start-up
     /// line, which names the kernel tier that runs.
+    ///
+    /// A draft model (`draft`: its path) is loaded and checked against the
+    /// model and drafts for it ([`EngineOptions::max_draft`] must allow drafts).
     pub fn load(
         path: &Path,
         model_id: String,
         opts: &EngineOptions,
         template: Option<&str>,
+        draft: Option<&Path>,
     ) -> Result<Backend> {
         let t0 = std::time::Instant::now();
         let load_err = |err| Error::Load {
@@ -125,19 +129,31 @@ impl Backend {
             lm.set_template(src).map_err(load_err)?;
         }
         let template = prompt::template_or_fallback(lm.template).map_err(load_err)?;
-        let ec = EngineConfig::for_model(&lm.model, opts);
+        let mut opts = opts.clone();
+        if let Some(d) = draft {
+            opts.draft_model = Some(
+                hasten_engine::draft::load_draft_model(d, &lm.model, &lm.tokenizer)
+                    .map_err(Error::Engine)?,
+            );
+        }
+        let ec = EngineConfig::for_model(&lm.model, &opts);
         let layers = lm.model.config.n_layers;
         let tokenizer = Arc::new(lm.tokenizer);
         let engine =
             Engine::start(Arc::new(lm.model), tokenizer.clone(), ec).map_err(Error::Engine)?;
         let limits = engine.limits();
         let line = format!(
-            "hasten serve: model {model_id} ({}, {:.1} MB, {layers} layers, context {}) loaded in {:.0} ms; KV cache {} tokens; {} threads, {} kernels",
+            "hasten serve: model {model_id} ({}, {:.1} MB, {layers} layers, context {}) loaded in {:.0} ms; KV cache {} tokens; speculation {}; {} threads, {} kernels",
             path.display(),
             lm.file_bytes as f64 / 1e6,
             limits.context_length,
             t0.elapsed().as_secs_f64() * 1e3,
             limits.kv_tokens,
+            match (limits.speculates, draft) {
+                (false, _) => "off".to_string(),
+                (true, None) => "ngram".to_string(),
+                (true, Some(d)) => format!("draft model {}", d.display()),
+            },
             opts.threads.get(),
             hasten_kernels::cpu::kernels().isa.name(),
         );

@@ -7,7 +7,7 @@
 
 use crate::error::{Error, Result};
 use hasten_engine::constraint::Grammar;
-use hasten_engine::{Limits, RequestSpec};
+use hasten_engine::{Limits, RequestSpec, Speculate};
 use hasten_model::chat::{ChatTemplate, Message, TemplateVars, RESERVED_VARS};
 use hasten_model::output::OutputSpec;
 use hasten_model::prompt;
@@ -476,7 +476,7 @@ fn plan(
                 deliver_at_end: !stream,
                 grammar: None,
                 special_text: false,
-                speculate: true,
+                speculate: Speculate::Auto,
             });
         }
     }
@@ -497,22 +497,24 @@ fn plan(
 }
 
 /// A request's `"speculate"` (taken out of `extra`): `off` turns the
-/// engine's speculative decoding off for it; `ngram` asks for it, which
-/// needs a server started with `--speculate ngram`.
-fn speculate(extra: &mut Extra, lim: &Limits) -> Result<bool> {
+/// engine's speculative decoding off for it; `ngram` asks for prompt
+/// lookup, which needs a speculating server; `draft` for its draft model
+/// (`--draft-model`).
+fn speculate(extra: &mut Extra, lim: &Limits) -> Result<Speculate> {
     const F: &str = "speculate";
     match extra.remove(F) {
-        None | Some(Value::Null) => Ok(true),
+        None | Some(Value::Null) => Ok(Speculate::Auto),
         Some(Value::String(m)) => match m.as_str() {
-            "off" => Ok(false),
-            "ngram" if lim.speculates => Ok(true),
+            "off" => Ok(Speculate::Off),
+            "ngram" if lim.speculates => Ok(Speculate::Ngram),
+            "draft" if lim.draft_model => Ok(Speculate::Model),
             "ngram" => Err(Error::bad(
                 "this server runs without speculative decoding (start it with --speculate ngram)",
                 F,
             )),
-            "draft" => Err(Error::unsupported(
+            "draft" => Err(Error::bad(
+                "this server has no draft model (start it with --draft-model FILE)",
                 F,
-                "draft-model speculation is not built yet",
             )),
             other => Err(Error::bad(
                 format!("speculate {other:?} is not off, ngram or draft"),
@@ -801,23 +803,26 @@ mod tests {
 
     #[test]
     fn speculate_is_checked_against_the_engine() {
-        let lim = |speculates| Limits {
+        let lim = |speculates, draft_model| Limits {
             vocab_size: 10,
             context_length: 100,
             kv_tokens: 80,
             speculates,
+            draft_model,
         };
         let ex = |j: &str| -> Extra { serde_json::from_str(j).unwrap() };
-        assert!(speculate(&mut ex("{}"), &lim(false)).unwrap());
-        assert!(!speculate(&mut ex(r#"{"speculate":"off"}"#), &lim(true)).unwrap());
-        assert!(speculate(&mut ex(r#"{"speculate":"ngram"}"#), &lim(true)).unwrap());
-        for (j, speculates) in [
-            (r#"{"speculate":"ngram"}"#, false),
-            (r#"{"speculate":"draft"}"#, true),
-            (r#"{"speculate":"maybe"}"#, true),
-            (r#"{"speculate":1}"#, true),
+        let ok = |j, l| speculate(&mut ex(j), &l).unwrap();
+        assert_eq!(ok("{}", lim(false, false)), Speculate::Auto);
+        assert_eq!(ok(r#"{"speculate":"off"}"#, lim(true, false)), Speculate::Off);
+        assert_eq!(ok(r#"{"speculate":"ngram"}"#, lim(true, true)), Speculate::Ngram);
+        assert_eq!(ok(r#"{"speculate":"draft"}"#, lim(true, true)), Speculate::Model);
+        for (j, speculates, draft) in [
+            (r#"{"speculate":"ngram"}"#, false, false),
+            (r#"{"speculate":"draft"}"#, true, false),
+            (r#"{"speculate":"maybe"}"#, true, true),
+            (r#"{"speculate":1}"#, true, true),
         ] {
-            match speculate(&mut ex(j), &lim(speculates)) {
+            match speculate(&mut ex(j), &lim(speculates, draft)) {
                 Err(Error::BadRequest { param, .. }) => {
                     assert_eq!(param.as_deref(), Some("speculate"))
                 }
@@ -924,6 +929,7 @@ mod tests {
             context_length: 100,
             kv_tokens: 80,
             speculates: false,
+            draft_model: false,
         };
         let sl = ServerLimits {
             max_prompt_tokens: None,
