@@ -25,6 +25,7 @@ use crate::blocks::Block;
 use crate::cost::CostModel;
 use hasten_model::kv::KvCache;
 use hasten_model::llama::{Model, Scratch, SeqBatch};
+use hasten_model::sampler::argmax;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -42,7 +43,13 @@ pub(super) struct DraftModel {
 }
 
 impl DraftModel {
-    pub fn new(model: Arc<Model>, n_blocks: usize, block_size: usize, max_tokens: usize, max_seqs: usize) -> Self {
+    pub fn new(
+        model: Arc<Model>,
+        n_blocks: usize,
+        block_size: usize,
+        max_tokens: usize,
+        max_seqs: usize,
+    ) -> Self {
         DraftModel {
             kv: KvCache::new(&model.config, n_blocks, block_size),
             scratch: Scratch::new(&model.config, max_tokens, max_seqs),
@@ -63,17 +70,6 @@ impl DraftModel {
     }
 }
 
-/// The index of the largest logit (the lowest id among equals).
-fn argmax(row: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &v) in row.iter().enumerate() {
-        if v > row[best] {
-            best = i;
-        }
-    }
-    best as u32
-}
-
 /// One sequence's part of a draft pass.
 struct Feed {
     seq: usize,
@@ -88,7 +84,9 @@ impl Core {
     /// draft model, into `Seq::draft`.
     pub(super) fn draft_with_model(&mut self, wants: Vec<(usize, usize)>) {
         let t0 = Instant::now();
-        let Some(dm) = self.draft.as_ref() else { return };
+        let Some(dm) = self.draft.as_ref() else {
+            return;
+        };
         let ctx = dm.model.config.context_length;
         let mut budget = dm.catch_up_budget(self.cfg.itl_target);
         // Blocks for the drafted positions (the next plan takes them for
@@ -204,7 +202,8 @@ impl Core {
             let s = &mut running[f.seq];
             s.draft_computed += f.len;
             if f.logits {
-                s.draft.push(argmax(&logits[row * vocab..(row + 1) * vocab]));
+                s.draft
+                    .push(argmax(&logits[row * vocab..(row + 1) * vocab]));
                 row += 1;
             }
         }

@@ -96,8 +96,8 @@ impl EngineConfig {
     /// The KV tokens that fit in `bytes` for `model` (f16 K and V), with
     /// the draft model's rows beside them if there is one.
     pub fn kv_tokens_for_bytes(model: &Model, draft: Option<&Model>, bytes: usize) -> usize {
-        let per = model.config.kv_bytes_per_token()
-            + draft.map_or(0, |d| d.config.kv_bytes_per_token());
+        let per =
+            model.config.kv_bytes_per_token() + draft.map_or(0, |d| d.config.kv_bytes_per_token());
         bytes / per.max(1)
     }
 

@@ -10,10 +10,10 @@
 //! of the rejected drafts are left to be overwritten.
 
 use super::{emit_token, publish_full_blocks, Chunk, Core, Seq};
-use crate::request::Speculate;
 use crate::blocks::{BlockPool, ChainHash};
 use crate::metrics::Metrics;
 use crate::request::FinishReason;
+use crate::request::Speculate;
 use hasten_model::tokenizer::Tokenizer;
 use std::sync::Mutex;
 use std::time::Instant;
@@ -74,7 +74,11 @@ impl DraftLen {
             return;
         }
         if by_model {
-            self.model_misses = if accepted == 0 { self.model_misses + 1 } else { 0 };
+            self.model_misses = if accepted == 0 {
+                self.model_misses + 1
+            } else {
+                0
+            };
             self.model_off |= self.model_misses >= MODEL_MISSES;
         }
         if accepted > 0 {
@@ -171,9 +175,11 @@ impl Verifier<'_> {
         // Blocks taken only for rejected drafts go back to the pool (never
         // published: they lie past `computed`); the draft model's rows
         // hold for the accepted positions only.
-        s.blocks.truncate((s.computed + 1).div_ceil(self.block_size));
+        s.blocks
+            .truncate((s.computed + 1).div_ceil(self.block_size));
         s.draft_computed = s.draft_computed.min(s.computed);
-        s.draft_len.observe(drafts.len(), accepted, self.threshold, self.by_model);
+        s.draft_len
+            .observe(drafts.len(), accepted, self.threshold, self.by_model);
         s.drafted += drafts.len();
         s.accepted += accepted;
         let mut m = self.metrics.lock().unwrap_or_else(|p| p.into_inner());
@@ -228,8 +234,7 @@ impl Core {
             }
             let has_model = self.draft.is_some();
             let s = &mut self.running[c.seq];
-            if s.remaining() != 1 || s.generated == 0 || s.req.spec().speculate == Speculate::Off
-            {
+            if s.remaining() != 1 || s.generated == 0 || s.req.spec().speculate == Speculate::Off {
                 continue;
             }
             // No drafts past the context, nor past the tokens still wanted
@@ -320,10 +325,16 @@ mod tests {
         d.observe(1, 1, 0.0, true);
         d.observe(1, 0, 0.0, true);
         d.observe(1, 0, 0.0, true);
-        assert!(!d.model_off, "an accepted token in between resets the count");
+        assert!(
+            !d.model_off,
+            "an accepted token in between resets the count"
+        );
         d.observe(1, 0, 0.0, true);
         assert!(d.model_off);
         d.observe(1, 1, 0.0, false);
-        assert!(d.model_off, "prompt lookup's success does not bring it back");
+        assert!(
+            d.model_off,
+            "prompt lookup's success does not bring it back"
+        );
     }
 }

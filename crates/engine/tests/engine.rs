@@ -57,6 +57,7 @@ fn limits(c: &EngineConfig) -> Limits {
         context_length: 512,
         kv_tokens: c.kv_blocks() * c.block_size,
         speculates: c.max_draft > 0,
+        draft_model: c.max_draft > 0 && c.draft_model.is_some(),
     }
 }
 
@@ -231,16 +232,24 @@ fn preemption_under_a_tiny_kv_pool_keeps_outputs_identical() {
     let work = workload(2, 8);
     let want: Vec<Vec<u32>> = work.iter().map(|(_, s)| alone(s)).collect();
     // Room for about two of these requests at a time; with speculative
-    // drafts too (prompt lookup: they need blocks for the drafts).
-    for max_draft in [0, 6] {
+    // drafts too (they need blocks for the drafts): by prompt lookup, and
+    // by a draft model (the model itself: its greedy drafts are accepted,
+    // its rows share the blocks that preemption takes back).
+    for (max_draft, draft_model) in [(0, None), (6, None), (6, Some(model().0))] {
+        let by_model = draft_model.is_some();
         let (got, core) = run_concurrently(
             EngineConfig {
                 max_draft,
+                draft_model,
                 ..cfg(320)
             },
             &work,
         );
-        assert_eq!(got, want, "max_draft {max_draft}");
+        assert_eq!(got, want, "max_draft {max_draft}, draft model {by_model}");
+        if by_model {
+            let m = core.metrics();
+            assert!(m.accepted_tokens > 0, "{m:?}");
+        }
         let m = core.metrics();
         assert!(m.preemptions > 0, "the pool was meant to run out");
         let st = core.pool().stats();
@@ -298,10 +307,12 @@ fn cancelling_frees_blocks_within_one_step() {
 #[test]
 fn random_submit_cancel_finish_interleavings_leak_no_block() {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
-    for round in 0..4 {
+    // Rounds 2 and 3 draft by prompt lookup, 4 and 5 with a draft model.
+    for round in 0..6 {
         let mut d = Driver::new(EngineConfig {
             max_step_tokens: 48,
             max_draft: if round < 2 { 0 } else { 5 },
+            draft_model: (round >= 4).then(|| model().0),
             ..cfg(if round % 2 == 0 { 256 } else { 1024 })
         });
         let mut live: Vec<UnboundedReceiver<Event>> = Vec::new();

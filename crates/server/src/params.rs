@@ -813,9 +813,18 @@ mod tests {
         let ex = |j: &str| -> Extra { serde_json::from_str(j).unwrap() };
         let ok = |j, l| speculate(&mut ex(j), &l).unwrap();
         assert_eq!(ok("{}", lim(false, false)), Speculate::Auto);
-        assert_eq!(ok(r#"{"speculate":"off"}"#, lim(true, false)), Speculate::Off);
-        assert_eq!(ok(r#"{"speculate":"ngram"}"#, lim(true, true)), Speculate::Ngram);
-        assert_eq!(ok(r#"{"speculate":"draft"}"#, lim(true, true)), Speculate::Model);
+        assert_eq!(
+            ok(r#"{"speculate":"off"}"#, lim(true, false)),
+            Speculate::Off
+        );
+        assert_eq!(
+            ok(r#"{"speculate":"ngram"}"#, lim(true, true)),
+            Speculate::Ngram
+        );
+        assert_eq!(
+            ok(r#"{"speculate":"draft"}"#, lim(true, true)),
+            Speculate::Model
+        );
         for (j, speculates, draft) in [
             (r#"{"speculate":"ngram"}"#, false, false),
             (r#"{"speculate":"draft"}"#, true, false),
