@@ -135,6 +135,9 @@ pub fn main(a: Args) -> Result<()> {
                 GgufFile::from_bytes("built-in llama-spm vocabulary", LLAMA_SPM_VOCAB.to_vec())?
             }
         };
+        // The embedding and output rows follow the vocabulary's size.
+        fx.vocab_size =
+            hasten_model::tokenizer::Tokenizer::from_gguf(&vocab.header, &vocab.name)?.vocab_size();
         fx.write_gguf_with(&vocab, &a.output)?;
     }
     eprintln!("wrote {}", a.output.display());

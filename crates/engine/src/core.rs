@@ -309,6 +309,7 @@ impl Core {
             }
             let mut m = self.metrics.lock().unwrap_or_else(|p| p.into_inner());
             m.steps += 1;
+            m.decode_seq_steps += plan.iter().filter(|c| c.len == 1 + c.draft).count() as u64;
             m.step_time.observe_duration(took);
             m.batch_size.observe(plan.len() as f64);
             m.batch_tokens.observe(tokens as f64);

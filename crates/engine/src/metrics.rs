@@ -83,6 +83,9 @@ pub struct Metrics {
     /// Speculative decoding: tokens drafted, and those the model agreed with.
     pub drafted_tokens: u64,
     pub accepted_tokens: u64,
+    /// Decode (or verification) rows of sequences summed over steps: each
+    /// gives one token plus its accepted drafts.
+    pub decode_seq_steps: u64,
     pub steps: u64,
     // Gauges, as of the last step.
     pub waiting: usize,
@@ -118,6 +121,7 @@ impl Default for Metrics {
             generated_tokens: 0,
             drafted_tokens: 0,
             accepted_tokens: 0,
+            decode_seq_steps: 0,
             steps: 0,
             waiting: 0,
             running: 0,

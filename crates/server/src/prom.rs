@@ -87,6 +87,11 @@ fn engine(out: &mut String, m: &Metrics) {
             "Engine steps (forward passes).",
             m.steps,
         ),
+        (
+            "hasten_decode_sequence_steps_total",
+            "Decoding sequences summed over steps (each step gives a sequence one token plus its accepted drafts).",
+            m.decode_seq_steps,
+        ),
     ];
     for (name, help, v) in counters {
         scalar(out, name, "counter", help, v as f64);
@@ -131,6 +136,21 @@ fn engine(out: &mut String, m: &Metrics) {
     for (name, help, v) in gauges {
         scalar(out, name, "gauge", help, v as f64);
     }
+    let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
+    scalar(
+        out,
+        "hasten_spec_acceptance_rate",
+        "gauge",
+        "Speculative decoding since start: accepted / drafted tokens (0 before any draft).",
+        ratio(m.accepted_tokens, m.drafted_tokens),
+    );
+    scalar(
+        out,
+        "hasten_spec_tokens_per_step",
+        "gauge",
+        "Output tokens a decoding sequence gets per step since start (1 without speculation; 0 before any decode).",
+        ratio(m.decode_seq_steps + m.accepted_tokens, m.decode_seq_steps),
+    );
     let hists = [
         (
             "hasten_queue_time_seconds",
