@@ -13,11 +13,10 @@ ROUNDS=${1:-3}
 TOK=${2:-256}
 T=${3:-2}
 dir=${BENCH_DIR:-$(mktemp -d)}
-mk() { [ -f "$dir/$1.gguf" ] || "$HASTEN" synth "${@:2}" -o "$dir/$1.gguf" >/dev/null; }
-mk pattern-135m --shape 135m --type q4_0 --pattern 16
-mk random-135m --shape 135m --type q4_0
-mk pattern-1b --shape 1b --type q4_0 --pattern 16
-mk random-1b --shape 1b --type q4_0
+root=$(cd "$(dirname "$0")/.." && pwd)
+hasten=$HASTEN
+# shellcheck source=lib/spec-files.sh
+. "$root/scripts/lib/spec-files.sh"
 rate() { # model-args... -> decode tok/s
   "$HASTEN" run "$@" -n "$TOK" --temperature 0 --ignore-eos -p "Once upon a time" -t "$T" 2>&1 >/dev/null \
     | grep -o 'decode [0-9.]* tok/s' | grep -o '[0-9.]*'

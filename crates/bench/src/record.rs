@@ -12,6 +12,11 @@ pub struct ServerTiming {
     pub queue_ms: f64,
     pub prefill_ms: f64,
     pub decode_ms: f64,
+    /// Speculative decoding: tokens drafted for the answer, and accepted.
+    #[serde(default)]
+    pub drafted_tokens: u64,
+    #[serde(default)]
+    pub accepted_tokens: u64,
 }
 
 /// Every field of one request. Times are milliseconds; `*_at_ms` are from
@@ -111,6 +116,8 @@ impl Record {
             queue_ms: t.queue_ms,
             prefill_ms: t.prefill_ms,
             decode_ms: t.decode_ms,
+            drafted_tokens: t.drafted_tokens,
+            accepted_tokens: t.accepted_tokens,
         });
         let (error_kind, status) = match &error {
             Some(e) => {

@@ -136,6 +136,15 @@ pub fn table(levels: &[Summary]) -> String {
                 ))
             );
         }
+        if let (Some(d), Some(a)) = (s.drafted_tokens, s.acceptance_rate) {
+            let _ = writeln!(
+                out,
+                "{}: speculation: {d} tokens drafted, {:.0}% accepted ({:.2} drafted tokens accepted per output token)",
+                s.label,
+                a * 100.0,
+                a * d as f64 / (s.mean_output_tokens * s.ok as f64).max(1.0)
+            );
+        }
         for w in &s.warnings {
             let _ = writeln!(out, "warning: {}: {w}", s.label);
         }

@@ -168,6 +168,13 @@ pub struct Summary {
     pub mean_output_tokens: f64,
     /// Of the prompt tokens the server reported, the fraction it had cached.
     pub cached_prompt_fraction: Option<f64>,
+    /// Speculative decoding, from the server's per-answer counts: tokens
+    /// drafted over the level's answers and the share accepted (absent
+    /// when nothing was drafted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drafted_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acceptance_rate: Option<f64>,
     /// Things that make a figure less trustworthy, in words.
     pub warnings: Vec<String>,
 }
@@ -211,6 +218,16 @@ pub fn summarize(load: Load, records: &[Record], slo: Slo) -> Summary {
     let icl = Dist::of(ok.iter().flat_map(|r| r.icl_ms.iter().copied()));
     let prompts: Vec<u64> = ok.iter().filter_map(|r| r.prompt_tokens).collect();
     let cached: u64 = ok.iter().filter_map(|r| r.cached_prompt_tokens).sum();
+    let drafted: u64 = ok
+        .iter()
+        .filter_map(|r| r.server)
+        .map(|t| t.drafted_tokens)
+        .sum();
+    let accepted: u64 = ok
+        .iter()
+        .filter_map(|r| r.server)
+        .map(|t| t.accepted_tokens)
+        .sum();
     let mut s = Summary {
         load,
         label: load.label(),
@@ -247,6 +264,8 @@ pub fn summarize(load: Load, records: &[Record], slo: Slo) -> Summary {
         },
         cached_prompt_fraction: (!prompts.is_empty())
             .then(|| cached as f64 / prompts.iter().sum::<u64>().max(1) as f64),
+        drafted_tokens: (drafted > 0).then_some(drafted),
+        acceptance_rate: (drafted > 0).then(|| accepted as f64 / drafted as f64),
         warnings: Vec::new(),
     };
     let w = &mut s.warnings;

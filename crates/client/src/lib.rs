@@ -276,7 +276,8 @@ impl Client {
             ttft: first.map(|f| f.saturating_duration_since(started)),
             e2e,
             output_tokens: usage.map_or(0, |u| u.completion_tokens),
-            server: header_timing.or(w.timing),
+            // The body's breakdown also carries the speculation counts.
+            server: w.timing.or(header_timing),
             ..Stats::default()
         };
         Ok(Output {

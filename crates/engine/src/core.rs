@@ -18,7 +18,7 @@ use crate::blocks::{chain_hash, Block, BlockPool, ChainHash};
 use crate::cost::CostModel;
 use crate::forecast::{Calibration, OutputLength, Work};
 use crate::metrics::Metrics;
-use crate::request::{Event, Finish, FinishReason, Request, Timing, TokenEvent, TokenLogprobs};
+use crate::request::{Event, Finish, FinishReason, Request, Timing};
 use crate::{EngineConfig, Shared};
 use hasten_model::detok::{Detokenizer, StopMatcher};
 use hasten_model::kv::KvCache;
@@ -144,6 +144,10 @@ mod speculate;
 #[path = "draft_pass.rs"]
 mod draft_pass;
 
+#[path = "emit.rs"]
+mod emit;
+use emit::{emit_token, held_text};
+
 pub struct Core {
     model: Arc<Model>,
     tokenizer: Arc<Tokenizer>,
@@ -176,6 +180,7 @@ pub struct Core {
     draft: Option<draft_pass::DraftModel>,
     /// Time the last step spent in draft-model passes.
     draft_time: Duration,
+    model_prior: speculate::ModelPrior,
 }
 
 impl Core {
@@ -222,6 +227,7 @@ impl Core {
         Core {
             draft,
             draft_time: Duration::ZERO,
+            model_prior: speculate::ModelPrior::default(),
             masks: cfg
                 .mask_thread
                 .then(crate::constraint::MaskWorker::spawn)
@@ -353,12 +359,20 @@ impl Core {
     fn plan(&mut self, now: Instant) -> Vec<Chunk> {
         let mut plan = Vec::new();
         let mut tokens = 0;
+        // Drafts wait while prompts do: their rows would lengthen the
+        // steps that carry prompt chunks, and so every waiting request's
+        // time to first token.
+        let drafts_ok = !self.prompts_pending();
         // Decodes first, oldest first; growing one may preempt the newest.
         let mut i = 0;
         while i < self.running.len() {
             if self.running[i].remaining() == 1 {
                 // Room for the drafts too, or no drafts.
-                let k = self.running[i].draft.len();
+                let k = if drafts_ok {
+                    self.running[i].draft.len()
+                } else {
+                    0
+                };
                 if k > 0 && self.grow(i, 1 + k) == 1 + k {
                     plan.push(Chunk {
                         seq: i,
@@ -461,6 +475,13 @@ impl Core {
             left -= k;
         }
         plan
+    }
+
+    /// Whether a prompt waits to be computed: a running sequence's rest,
+    /// or a waiting request that has a slot to go to.
+    fn prompts_pending(&self) -> bool {
+        self.running.iter().any(|s| s.remaining() > 1)
+            || (!self.waiting.is_empty() && self.running.len() < self.cfg.max_running)
     }
 
     /// Gives running sequence `i` blocks for up to `want` more tokens and
@@ -624,8 +645,13 @@ impl Core {
                     by_model,
                     block_size: self.cfg.block_size,
                 };
-                if let Some(reason) = v.verify(&mut self.running[c.seq], c.draft, rows, now) {
+                let s = &mut self.running[c.seq];
+                let before = s.accepted;
+                if let Some(reason) = v.verify(s, c.draft, rows, now) {
                     done.push((c.seq, reason));
+                }
+                if by_model {
+                    self.model_prior.observe(c.draft, s.accepted - before);
                 }
                 continue;
             }
@@ -792,118 +818,6 @@ fn publish_full_blocks(pool: &BlockPool, s: &mut Seq, bs: usize, seed: ChainHash
         pool.publish(&s.blocks[b], h, toks);
         s.hashes.push(h);
     }
-}
-
-/// Samples the next token of `s` and sends it; returns why the sequence
-/// ends, if it does.
-fn emit_token(
-    s: &mut Seq,
-    logits: &mut [f32],
-    tok: &Tokenizer,
-    now: Instant,
-    m: &mut Metrics,
-) -> Option<FinishReason> {
-    let spec = s.req.spec();
-    // From the model's distribution, before bias and penalties change `logits`.
-    let dist = spec
-        .logprobs
-        .map(|n| (log_softmax_top(logits, n), logits.to_vec()));
-    // The grammar's mask, before sampling; a grammar that fails ends the
-    // output where it stands (a finished grammar allows only EOS).
-    let mask = match (s.mask.take(), s.constraint.as_mut()) {
-        (Some(m), _) => Some(m),
-        (None, Some(c)) => Some(c.next_mask()),
-        (None, None) => None,
-    };
-    match mask {
-        Some(Ok(m)) => m.apply(logits),
-        Some(Err(_)) => return Some(FinishReason::Stop),
-        None => {}
-    }
-    let t = s.sampler.sample(logits, &s.tokens);
-    let grammar_done = match s.constraint.as_mut() {
-        Some(c) => c.consume(t).is_err() || c.is_stopped(),
-        None => false,
-    };
-    match s.last_token {
-        None => {
-            s.first_token = Some(now);
-            m.ttft
-                .observe_duration(now.saturating_duration_since(s.received));
-        }
-        Some(prev) => m.itl.observe_duration(now.saturating_duration_since(prev)),
-    }
-    s.last_token = Some(now);
-    s.tokens.push(t);
-    if (!spec.ignore_eos && tok.is_eos(t)) || spec.stop_tokens.contains(&t) {
-        return Some(FinishReason::Stop);
-    }
-    s.generated += 1;
-    m.generated_tokens += 1;
-    let bytes = tok.token_bytes(t);
-    let piece;
-    let bytes = if bytes.is_empty() && spec.special_text {
-        piece = tok.piece(t);
-        piece.as_bytes()
-    } else {
-        bytes
-    };
-    let shown = s.stops.push(&s.detok.push(bytes));
-    s.stop_string_seen = shown.stopped;
-    let logprobs = dist.map(|((lse, top), raw)| TokenLogprobs {
-        logprob: raw[t as usize] - lse,
-        top,
-    });
-    let ev = Event::Token(TokenEvent {
-        id: t,
-        text: shown.text,
-        index: s.generated - 1,
-        at: now,
-        logprobs,
-    });
-    if spec.deliver_at_end {
-        s.held.push(ev);
-    } else {
-        let _ = s.tx.send(ev);
-    }
-    if shown.stopped || grammar_done {
-        Some(FinishReason::Stop)
-    } else if s.generated >= spec.max_tokens {
-        Some(FinishReason::Length)
-    } else {
-        None
-    }
-}
-
-/// The text still held by the detokenizer and the stop matcher.
-fn held_text(s: &mut Seq) -> String {
-    let rest = s.detok.flush();
-    let tail = s.stops.push(&rest);
-    let mut text = tail.text;
-    if !tail.stopped {
-        text.push_str(&s.stops.finish());
-    }
-    text
-}
-
-/// The log-sum-exp of the raw logits and the `n` best (token, logprob).
-fn log_softmax_top(logits: &[f32], n: usize) -> (f32, Vec<(u32, f32)>) {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f64 = logits.iter().map(|&l| ((l - max) as f64).exp()).sum();
-    let lse = max + sum.ln() as f32;
-    let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
-    let k = n.max(1).min(idx.len());
-    let order = |a: &u32, b: &u32| {
-        logits[*b as usize]
-            .total_cmp(&logits[*a as usize])
-            .then(a.cmp(b))
-    };
-    idx.select_nth_unstable_by(k - 1, order);
-    idx.truncate(k);
-    idx.sort_by(order);
-    let mut top: Vec<(u32, f32)> = idx.iter().map(|&i| (i, logits[i as usize] - lse)).collect();
-    top.truncate(n);
-    (lse, top)
 }
 
 /// Time until the engine could start a request arriving now.

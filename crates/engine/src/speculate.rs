@@ -42,6 +42,30 @@ pub(super) struct DraftLen {
     /// over the paused tokens, a cost that only pays if the model agrees.
     model_misses: u8,
     model_off: bool,
+    /// The engine-wide prior was consulted ([`ModelPrior`]).
+    model_tried: bool,
+}
+
+/// How the draft model's drafts have fared across sequences lately: the
+/// share accepted (moving average) and how many sequences came to draft.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ModelPrior {
+    pub rate: f64,
+    pub seqs: u64,
+}
+
+impl Default for ModelPrior {
+    fn default() -> Self {
+        ModelPrior { rate: 0.5, seqs: 0 }
+    }
+}
+
+impl ModelPrior {
+    pub fn observe(&mut self, drafted: usize, accepted: usize) {
+        if drafted > 0 {
+            self.rate += 0.1 * (accepted as f64 / drafted as f64 - self.rate);
+        }
+    }
 }
 
 impl Default for DraftLen {
@@ -53,6 +77,7 @@ impl Default for DraftLen {
             rate: 0.5,
             model_misses: 0,
             model_off: false,
+            model_tried: false,
         }
     }
 }
@@ -228,6 +253,15 @@ impl Core {
     pub(super) fn draft_next(&mut self, plan: &[Chunk], done: &[(usize, FinishReason)]) {
         let context = self.model.config.context_length;
         let mut by_model = Vec::new();
+        // The next plan drops drafts while prompts wait: do not make them
+        // (sequences ending now free slots for waiting requests).
+        let slots = self.running.len() - done.len() < self.cfg.max_running;
+        let pending =
+            self.running.iter().any(|s| s.remaining() > 1) || (!self.waiting.is_empty() && slots);
+        if pending {
+            return;
+        }
+        let model_bar = self.draft_threshold(plan.len(), true);
         for c in plan {
             if done.binary_search_by_key(&c.seq, |d| d.0).is_ok() {
                 continue;
@@ -236,6 +270,16 @@ impl Core {
             let s = &mut self.running[c.seq];
             if s.remaining() != 1 || s.generated == 0 || s.req.spec().speculate == Speculate::Off {
                 continue;
+            }
+            if has_model && !s.draft_len.model_tried {
+                // A new sequence starts from how the draft model has fared
+                // lately: below what pays, it starts without it (every
+                // eighth still tries, to notice when that changes).
+                s.draft_len.model_tried = true;
+                self.model_prior.seqs += 1;
+                if self.model_prior.rate < model_bar && !self.model_prior.seqs.is_multiple_of(8) {
+                    s.draft_len.model_off = true;
+                }
             }
             // No drafts past the context, nor past the tokens still wanted
             // (the pass samples one more than it drafts).
