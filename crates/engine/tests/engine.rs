@@ -10,34 +10,18 @@ use hasten_engine::{
 use hasten_kernels::quant::GgmlType;
 use hasten_kernels::threads::Threads;
 use hasten_model::llama::Model;
-use hasten_model::loader;
 use hasten_model::testing::Fixture;
 use hasten_model::tokenizer::Tokenizer;
 use rand::{Rng, SeedableRng};
-use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
-
-fn testdata() -> PathBuf {
-    hasten_model::testing::testdata_dir()
-}
 
 /// The tiny fixture (dim 256, 2 layers, 32000 vocab, context 512), loaded once.
 fn model() -> (Arc<Model>, Arc<Tokenizer>) {
     static M: OnceLock<(Arc<Model>, Arc<Tokenizer>)> = OnceLock::new();
     M.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("tiny.gguf");
-        Fixture::tiny(GgmlType::Q8_0)
-            .write_gguf(
-                &testdata().join("tokenizer/ggml-vocab-llama-spm.gguf"),
-                &path,
-            )
-            .unwrap();
-        let lm = loader::load(&path).unwrap();
-        // The model maps the file; keep the directory for the whole test run.
-        std::mem::forget(dir);
+        let lm = hasten_model::testing::load_fixture(&Fixture::tiny(GgmlType::Q8_0)).unwrap();
         (Arc::new(lm.model), Arc::new(lm.tokenizer))
     })
     .clone()

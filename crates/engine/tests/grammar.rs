@@ -8,7 +8,6 @@ use hasten_engine::constraint::Grammar;
 use hasten_engine::{Engine, EngineConfig, Error, FinishReason, RequestSpec};
 use hasten_kernels::quant::GgmlType;
 use hasten_kernels::threads::Threads;
-use hasten_model::loader;
 use hasten_model::sampler::SamplingParams;
 use hasten_model::testing::Fixture;
 use serde_json::{json, Value};
@@ -20,14 +19,7 @@ fn engine() -> Engine {
 
 /// `mask_thread`: masks beside the forward pass, or before it.
 fn engine_with(mask_thread: bool) -> Engine {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("tiny.gguf");
-    let vocab = hasten_model::testing::testdata_dir().join("tokenizer/ggml-vocab-llama-spm.gguf");
-    Fixture::tiny(GgmlType::Q8_0)
-        .write_gguf(&vocab, &path)
-        .unwrap();
-    let lm = loader::load(&path).unwrap();
-    std::mem::forget(dir);
+    let lm = hasten_model::testing::load_fixture(&Fixture::tiny(GgmlType::Q8_0)).unwrap();
     let cfg = EngineConfig {
         max_step_tokens: 64,
         max_running: 8,

@@ -16,14 +16,7 @@ use hasten_model::testing::Fixture;
 use std::sync::Arc;
 
 fn load(fx: &Fixture) -> loader::LoadedModel {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("m.gguf");
-    let vocab = hasten_model::testing::testdata_dir().join("tokenizer/ggml-vocab-llama-spm.gguf");
-    fx.write_gguf(&vocab, &path).unwrap();
-    let lm = loader::load(&path).unwrap();
-    // The model maps the file: keep it for the test run.
-    std::mem::forget(dir);
-    lm
+    hasten_model::testing::load_fixture(fx).unwrap()
 }
 
 fn engine(fx: &Fixture, max_draft: usize) -> Engine {

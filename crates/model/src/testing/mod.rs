@@ -630,6 +630,22 @@ fn fuse(
 /// templates; see `testdata/README.md`): `HASTEN_TESTDATA` when set (CI
 /// points it at `../shared/testdata` as a cross-check), else the copy
 /// committed at the repository root, so tests pass on a bare clone.
+/// Writes `fx` with the llama-spm test vocabulary into a temporary
+/// directory and loads it. The file is removed once loaded: the model's
+/// mapping keeps its pages (Unix), so tests leave nothing behind.
+pub fn load_fixture(fx: &Fixture) -> crate::Result<crate::loader::LoadedModel> {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!("hasten-fixture-{}-{n}.gguf", std::process::id()));
+    let written = fx.write_gguf(
+        &testdata_dir().join("tokenizer/ggml-vocab-llama-spm.gguf"),
+        &path,
+    );
+    let loaded = written.and_then(|()| crate::loader::load(&path));
+    let _ = std::fs::remove_file(&path);
+    loaded
+}
+
 pub fn testdata_dir() -> std::path::PathBuf {
     match std::env::var_os("HASTEN_TESTDATA").filter(|d| !d.is_empty()) {
         Some(d) => d.into(),
