@@ -5,18 +5,8 @@
 
 mod common;
 
-use common::{hasten, testdata, Serve};
+use common::{hasten, synth_tiny as synth, testdata, Serve};
 use serde_json::{json, Value};
-
-fn synth(dir: &tempfile::TempDir, name: &str, extra: &[&str]) -> String {
-    let path = dir.path().join(name);
-    let mut args = vec!["synth", "--shape", "tiny", "--type", "q8_0", "-o"];
-    args.push(path.to_str().unwrap());
-    args.extend(extra);
-    let o = hasten(&args);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    path.to_str().unwrap().to_owned()
-}
 
 fn run(model: &str, extra: &[&str]) -> (String, String) {
     let mut a = vec![
@@ -94,20 +84,8 @@ fn a_draft_model_drafts_in_run_and_serve_and_changes_no_text() {
 fn speculation_flags_and_drafts_are_checked() {
     let dir = tempfile::tempdir().unwrap();
     let model = synth(&dir, "m.gguf", &[]);
-    let other = dir.path().join("gpt2.gguf");
     let vocab = testdata().join("tokenizer/ggml-vocab-gpt-2.gguf");
-    let o = hasten(&[
-        "synth",
-        "--shape",
-        "tiny",
-        "--type",
-        "q8_0",
-        "--vocab",
-        vocab.to_str().unwrap(),
-        "-o",
-        other.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let other = synth(&dir, "gpt2.gguf", &["--vocab", vocab.to_str().unwrap()]);
     let fails = |extra: &[&str], want: &str| {
         let mut a = vec!["run", "--model", model.as_str(), "-p", "Hi", "-n", "4"];
         a.extend(extra);
@@ -126,9 +104,6 @@ fn speculation_flags_and_drafts_are_checked() {
         &["--speculate", "off", "--draft-model", &model],
         "--draft-model drafts only with --speculate draft or auto",
     );
-    fails(
-        &["--draft-model", other.to_str().unwrap()],
-        "the draft model cannot draft",
-    );
+    fails(&["--draft-model", &other], "the draft model cannot draft");
     fails(&["--draft-model", "/nonexistent.gguf"], "nonexistent");
 }

@@ -37,16 +37,17 @@ pub fn testdata() -> std::path::PathBuf {
 
 /// Writes `hasten synth --shape tiny --type q8_0` into `dir`; returns its path.
 pub fn tiny_model(dir: &tempfile::TempDir) -> String {
-    let path = dir.path().join("tiny.gguf");
-    let o = hasten(&[
-        "synth",
-        "--shape",
-        "tiny",
-        "--type",
-        "q8_0",
-        "-o",
-        path.to_str().unwrap(),
-    ]);
+    synth_tiny(dir, "tiny.gguf", &[])
+}
+
+/// `hasten synth --shape tiny --type q8_0` with `extra` flags into
+/// `dir/name`; returns the path.
+pub fn synth_tiny(dir: &tempfile::TempDir, name: &str, extra: &[&str]) -> String {
+    let path = dir.path().join(name);
+    let mut args = vec!["synth", "--shape", "tiny", "--type", "q8_0", "-o"];
+    args.push(path.to_str().unwrap());
+    args.extend(extra);
+    let o = hasten(&args);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     path.to_str().unwrap().to_owned()
 }
