@@ -195,6 +195,10 @@ macro_rules! x16 {
             for blk in 0..nb {
                 // SAFETY: unit `blk < nb` of both groups.
                 let (ua, ub) = unsafe { (a.add(blk * $unit), b.add(blk * $unit)) };
+                // The weights are read once per step: fetch ahead of them
+                // (the hardware prefetcher does not cross the two groups).
+                super::prefetch_ahead(ua, $unit);
+                super::prefetch_ahead(ub, $unit);
                 // SAFETY: a unit starts with its 8 rows' f16 scales (and minimums).
                 let dw = unsafe { join_f16(ua, ub, 0) };
                 let mw = if $mins {
