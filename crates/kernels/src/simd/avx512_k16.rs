@@ -4,8 +4,10 @@
 //! decoded in registers for all activation rows, so the loop runs over
 //! 64-element chunks: a chunk's weights are joined and widened once
 //! (sixteen 512-bit registers) and serve every activation row before the
-//! next chunk is read. Sub-block sums stay in 32 bits (`vpdpbusd`) and are
-//! scaled with `vpmulld`, as in [`super::avx512_x8`].
+//! next chunk is read. Sub-block sums stay in 32 bits (`vpdpbusd`, in
+//! several short chains so that its latency does not bound the loop), then
+//! are converted to float and scaled with one FMA: two uops where `vpmulld`
+//! and an integer add took three, with `vpmulld`'s ten-cycle latency.
 //!
 //! Handed out by [`crate::cpu::Kernels::for_isa`] only after AVX2, FMA,
 //! F16C, AVX-512 F/BW/VL and VNNI were detected: the safety condition of
@@ -133,10 +135,10 @@ unsafe fn gemm_q4_kx16_impl(
         // minimums at 96, nibbles at 160.
         unsafe {
             let (ua, ub) = (a.add(blk * Q4K_UNIT), b.add(blk * Q4K_UNIT));
-            let mut isum = [_mm512_setzero_si512(); X8_N];
+            let mut fsum = [_mm512_setzero_ps(); X8_N];
             for c in 0..4 {
-                let sc0 = _mm512_cvtepu8_epi32(join8(ua, ub, 32 + 16 * c));
-                let sc1 = _mm512_cvtepu8_epi32(join8(ua, ub, 40 + 16 * c));
+                let sc0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(join8(ua, ub, 32 + 16 * c)));
+                let sc1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(join8(ua, ub, 40 + 16 * c)));
                 let mut wl = [_mm512_setzero_si512(); 8];
                 let mut wh = [_mm512_setzero_si512(); 8];
                 for k in 0..8 {
@@ -144,16 +146,23 @@ unsafe fn gemm_q4_kx16_impl(
                     wl[k] = _mm512_and_si512(v, m4);
                     wh[k] = _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4);
                 }
-                for (j, s) in isum.iter_mut().enumerate() {
-                    let q8 = x[j].add(blk * Q8K + 4 + 64 * c);
-                    let (mut lo, mut hi) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+                // Four activation rows at a time: eight independent
+                // `vpdpbusd` chains, enough to hide its latency.
+                for (jq, s) in fsum.chunks_exact_mut(4).enumerate() {
+                    let q8 = [0, 1, 2, 3].map(|r| x[4 * jq + r].add(blk * Q8K + 4 + 64 * c));
+                    let mut lo = [_mm512_setzero_si512(); 4];
+                    let mut hi = [_mm512_setzero_si512(); 4];
                     for k in 0..8 {
-                        lo = _mm512_dpbusd_epi32(lo, wl[k], bcast4(q8.add(4 * k)));
-                        hi = _mm512_dpbusd_epi32(hi, wh[k], bcast4(q8.add(32 + 4 * k)));
+                        for r in 0..4 {
+                            lo[r] = _mm512_dpbusd_epi32(lo[r], wl[k], bcast4(q8[r].add(4 * k)));
+                            hi[r] =
+                                _mm512_dpbusd_epi32(hi[r], wh[k], bcast4(q8[r].add(32 + 4 * k)));
+                        }
                     }
-                    let t =
-                        _mm512_add_epi32(_mm512_mullo_epi32(lo, sc0), _mm512_mullo_epi32(hi, sc1));
-                    *s = _mm512_add_epi32(*s, t);
+                    for r in 0..4 {
+                        s[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo[r]), sc0, s[r]);
+                        s[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi[r]), sc1, s[r]);
+                    }
                 }
             }
             let (d, dmin) = (join_f16(ua, ub, 0), join_f16(ua, ub, 16));
@@ -166,7 +175,7 @@ unsafe fn gemm_q4_kx16_impl(
                 let bx = x[j].add(blk * Q8K);
                 let dx = _mm512_set1_ps((bx as *const f32).read_unaligned());
                 let msum = sub_block_dot(&mins, bx);
-                *a = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(isum[j]), *a);
+                *a = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), fsum[j], *a);
                 *a = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(msum), *a);
             }
         }
@@ -206,29 +215,33 @@ unsafe fn gemm_q6_kx16_impl(
         // values at 144 (column `i` of 32 bytes: group `i / 4`).
         unsafe {
             let (ua, ub) = (a.add(blk * Q6K_UNIT), b.add(blk * Q6K_UNIT));
-            let mut isum = [_mm512_setzero_si512(); X8_N];
+            let mut fsum = [_mm512_setzero_ps(); X8_N];
             for c in 0..4 {
                 // Groups 4c..4c + 4: sixteen columns of four elements.
                 let w: [__m512i; 16] =
                     std::array::from_fn(|i| join(ua, ub, 144 + 32 * (16 * c + i)));
-                let sc: [__m512i; 4] = std::array::from_fn(|g| {
-                    _mm512_cvtepi8_epi32(join8(ua, ub, 16 + 8 * (4 * c + g)))
+                let sc: [__m512; 4] = std::array::from_fn(|g| {
+                    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(join8(ua, ub, 16 + 8 * (4 * c + g))))
                 });
-                for (j, s) in isum.iter_mut().enumerate() {
-                    let q8 = x[j].add(blk * Q8K + 4 + 64 * c);
-                    let mut t = *s;
+                // Four activation rows at a time: independent `vpdpbusd`
+                // chains.
+                for (jq, s) in fsum.chunks_exact_mut(4).enumerate() {
+                    let q8 = [0, 1, 2, 3].map(|r| x[4 * jq + r].add(blk * Q8K + 4 + 64 * c));
                     for g in 0..4 {
-                        let mut v = _mm512_setzero_si512();
+                        let mut v = [_mm512_setzero_si512(); 4];
                         for k in 0..4 {
-                            v = _mm512_dpbusd_epi32(
-                                v,
-                                w[4 * g + k],
-                                bcast4(q8.add(16 * g + 4 * k)),
-                            );
+                            for r in 0..4 {
+                                v[r] = _mm512_dpbusd_epi32(
+                                    v[r],
+                                    w[4 * g + k],
+                                    bcast4(q8[r].add(16 * g + 4 * k)),
+                                );
+                            }
                         }
-                        t = _mm512_add_epi32(t, _mm512_mullo_epi32(v, sc[g]));
+                        for r in 0..4 {
+                            s[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v[r]), sc[g], s[r]);
+                        }
                     }
-                    *s = t;
                 }
             }
             let d = join_f16(ua, ub, 0);
@@ -246,8 +259,9 @@ unsafe fn gemm_q6_kx16_impl(
                     let pair = _mm512_set1_epi32(sum_pair(bx, p));
                     osum = _mm512_add_epi32(osum, _mm512_madd_epi16(*sp, pair));
                 }
-                let total = _mm512_sub_epi32(isum[j], _mm512_slli_epi32::<5>(osum));
-                *a = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(total), *a);
+                let off = _mm512_cvtepi32_ps(_mm512_slli_epi32::<5>(osum));
+                let total = _mm512_sub_ps(fsum[j], off);
+                *a = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), total, *a);
             }
         }
     }
