@@ -112,6 +112,13 @@ fn grow<T: Copy + Default>(v: &mut Vec<T>, len: usize) {
 /// bytes (64 x 34 x cols/32) stay in L2 while every weight row passes by.
 const TOKEN_BLOCK: usize = 64;
 
+/// Tail rows from which one eight-row product with repeated rows beats
+/// one one-row product per row on the eight-row (AVX2) kernels: on a Xeon
+/// with `HASTEN_ISA=avx2`, 1b Q4_0, a step of 2..5 sequences took
+/// 34/44/55/66 ms through one-row products and 66-68 ms through one
+/// padded eight-row product.
+const TAIL_GEMM: usize = 6;
+
 /// `out[t, r] = sum_c w[r, c] * x[t, c]` for `n = x.len() / cols` rows of
 /// activations; `out` is `[n, rows]`.
 ///
@@ -149,7 +156,7 @@ pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads
             let xq = &s.xq;
             let xrow = |t: usize| &xq[t * act_rb..(t + 1) * act_rb];
             let group_bytes = w.cols / 256 * unit;
-            let k16 = k.k16_path(w.ty).filter(|_| n >= X8_N);
+            let k16 = k.k16_path(w.ty).filter(|_| n >= 2);
             let width = if k16.is_some() { 16 } else { 8 };
             par_column_blocks(out, w.rows, width, threads, |blk| {
                 x8_rows(packed, group_bytes, n, blk, &xrow, gemv, gemm, k16, NO_X4)
@@ -177,9 +184,9 @@ pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads
                 ds: &xt[(2 * t + 1) * nb..(2 * t + 2) * nb],
             };
             if let (Some(packed), Some((gemv, gemm)), Some(unit)) = x8 {
-                let x16 = k.x16_path(w.ty).filter(|_| n >= X8_N);
+                let x16 = k.x16_path(w.ty).filter(|_| n >= 2);
                 // Only a token block's last rows can be a short set.
-                let x16_4 = k.x16_path4(w.ty).filter(|_| n % X8_N >= X4_N);
+                let x16_4 = k.x16_path4(w.ty).filter(|_| n % X8_N >= 2);
                 // Blocks of whole group pairs, so that every group has its partner.
                 let width = if x16.is_some() || x16_4.is_some() {
                     16
@@ -280,9 +287,42 @@ fn x8_rows<R: Copy>(
         } else {
             0
         };
-        // Tail rows done four at a time over the paired groups.
-        let quad = match &gemm16_4 {
-            Some(g4) if t1 - tail0 >= X4_N => {
+        // Tail rows over the paired groups: a short set (its unused slots
+        // repeating the last row) through the four- or eight-row product,
+        // whichever covers it; one row alone takes the one-row kernel. A
+        // batched-decode step of 2..7 sequences thus costs one pass of the
+        // sixteen-row kernel, not one one-row pass per sequence.
+        let tl = t1 - tail0;
+        let quad = match (&gemm16_4, &gemm16) {
+            _ if tl < 2 || paired == 0 => 0,
+            (Some(g4), _) if tl <= X4_N => {
+                let set: [R; X4_N] = std::array::from_fn(|j| tail[j]);
+                for i in (0..paired).step_by(16) {
+                    let g = (r0 + i) / 8;
+                    for (j, vj) in g4([group(g), group(g + 1)], set)
+                        .iter()
+                        .enumerate()
+                        .take(tl)
+                    {
+                        blk.row(tail0 + j)[i..i + 16].copy_from_slice(vj);
+                    }
+                }
+                tl
+            }
+            (_, Some(g8)) => {
+                for i in (0..paired).step_by(16) {
+                    let g = (r0 + i) / 8;
+                    for (j, vj) in g8([group(g), group(g + 1)], tail)
+                        .iter()
+                        .enumerate()
+                        .take(tl)
+                    {
+                        blk.row(tail0 + j)[i..i + 16].copy_from_slice(vj);
+                    }
+                }
+                tl
+            }
+            (Some(g4), None) => {
                 let set: [R; X4_N] = std::array::from_fn(|j| tail[j]);
                 for i in (0..paired).step_by(16) {
                     let g = (r0 + i) / 8;
@@ -292,7 +332,7 @@ fn x8_rows<R: Copy>(
                 }
                 X4_N
             }
-            _ => 0,
+            (None, None) => 0,
         };
         if let Some(gemm16) = &gemm16 {
             for i in (0..paired).step_by(16) {
@@ -316,7 +356,16 @@ fn x8_rows<R: Copy>(
                     }
                 }
             }
-            let first = if i < paired { quad } else { 0 };
+            let mut first = if i < paired { quad } else { 0 };
+            if first == 0 && tl >= TAIL_GEMM {
+                // A short set (unused slots repeat the last row) costs less
+                // than that many one-row passes.
+                let v = gemm(group, tail);
+                for (j, vj) in v.iter().enumerate().take(tl) {
+                    blk.row(tail0 + j)[i..i + 8].copy_from_slice(vj);
+                }
+                first = tl;
+            }
             for (j, &x) in tail[first..t1 - tail0].iter().enumerate() {
                 blk.row(tail0 + first + j)[i..i + 8].copy_from_slice(&gemv(group, [x])[0]);
             }
