@@ -188,11 +188,7 @@ pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads
                 // Only a token block's last rows can be a short set.
                 let x16_4 = k.x16_path4(w.ty).filter(|_| n % X8_N >= 2);
                 // Blocks of whole group pairs, so that every group has its partner.
-                let width = if x16.is_some() || x16_4.is_some() {
-                    16
-                } else {
-                    8
-                };
+                let width = if x16.is_some() { 16 } else { 8 };
                 par_column_blocks(out, w.rows, width, threads, |blk| {
                     x8_rows(packed, nb * unit, n, blk, &xrow, gemv, gemm, x16, x16_4)
                 });
@@ -257,7 +253,9 @@ pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads
 /// activation rows (`xrow(t)`), written into `blk`'s columns of `out`.
 /// Full sets of [`X8_N`] activation rows take two groups at a time through
 /// `gemm16` where there is one. The row sets handed to the kernels are
-/// built once per token block, not once per group.
+/// built once per token block, not once per group, and every product of a
+/// group (full sets and tail) is done while its weights are in cache: a
+/// second pass over the block's groups would read them from memory again.
 #[allow(clippy::too_many_arguments)]
 fn x8_rows<R: Copy>(
     packed: &[u8],
@@ -272,6 +270,9 @@ fn x8_rows<R: Copy>(
 ) {
     const SETS: usize = TOKEN_BLOCK / X8_N;
     let (r0, rows) = (blk.first(), blk.width());
+    let group = |g: usize| &packed[g * group_bytes..(g + 1) * group_bytes];
+    // Rows covered by sixteen-row products.
+    let paired = if gemm16.is_some() { rows / 16 * 16 } else { 0 };
     for t0 in (0..n).step_by(TOKEN_BLOCK) {
         let t1 = (t0 + TOKEN_BLOCK).min(n);
         let full = (t1 - t0) / X8_N;
@@ -279,95 +280,57 @@ fn x8_rows<R: Copy>(
         let sets: [[R; X8_N]; SETS] =
             std::array::from_fn(|s| std::array::from_fn(|j| xrow((t0 + s * X8_N + j).min(n - 1))));
         let tail0 = t0 + full * X8_N;
-        let tail: [R; X8_N] = std::array::from_fn(|j| xrow((tail0 + j).min(n - 1)));
-        let group = |g: usize| &packed[g * group_bytes..(g + 1) * group_bytes];
-        // Rows covered by sixteen-row products.
-        let paired = if gemm16.is_some() || gemm16_4.is_some() {
-            rows / 16 * 16
-        } else {
-            0
-        };
-        // Tail rows over the paired groups: a short set (its unused slots
-        // repeating the last row) through the four- or eight-row product,
-        // whichever covers it; one row alone takes the one-row kernel. A
-        // batched-decode step of 2..7 sequences thus costs one pass of the
-        // sixteen-row kernel, not one one-row pass per sequence.
         let tl = t1 - tail0;
-        let quad = match (&gemm16_4, &gemm16) {
-            _ if tl < 2 || paired == 0 => 0,
-            (Some(g4), _) if tl <= X4_N => {
-                let set: [R; X4_N] = std::array::from_fn(|j| tail[j]);
-                for i in (0..paired).step_by(16) {
-                    let g = (r0 + i) / 8;
-                    for (j, vj) in g4([group(g), group(g + 1)], set)
-                        .iter()
-                        .enumerate()
-                        .take(tl)
-                    {
-                        blk.row(tail0 + j)[i..i + 16].copy_from_slice(vj);
-                    }
-                }
-                tl
-            }
-            (_, Some(g8)) => {
-                for i in (0..paired).step_by(16) {
-                    let g = (r0 + i) / 8;
-                    for (j, vj) in g8([group(g), group(g + 1)], tail)
-                        .iter()
-                        .enumerate()
-                        .take(tl)
-                    {
-                        blk.row(tail0 + j)[i..i + 16].copy_from_slice(vj);
-                    }
-                }
-                tl
-            }
-            (Some(g4), None) => {
-                let set: [R; X4_N] = std::array::from_fn(|j| tail[j]);
-                for i in (0..paired).step_by(16) {
-                    let g = (r0 + i) / 8;
-                    for (j, vj) in g4([group(g), group(g + 1)], set).iter().enumerate() {
-                        blk.row(tail0 + j)[i..i + 16].copy_from_slice(vj);
-                    }
-                }
-                X4_N
-            }
-            (None, None) => 0,
-        };
-        if let Some(gemm16) = &gemm16 {
-            for i in (0..paired).step_by(16) {
-                let g = (r0 + i) / 8;
+        let tail: [R; X8_N] = std::array::from_fn(|j| xrow((tail0 + j).min(n - 1)));
+        let tail4: [R; X4_N] = std::array::from_fn(|j| tail[j]);
+        let mut put = |t: usize, i: usize, v: &[f32]| blk.row(t)[i..i + v.len()].copy_from_slice(v);
+        for i in (0..paired).step_by(16) {
+            let g = (r0 + i) / 8;
+            let pair = [group(g), group(g + 1)];
+            if let Some(g8) = &gemm16 {
                 for (s, set) in sets[..full].iter().enumerate() {
-                    let v = gemm16([group(g), group(g + 1)], *set);
-                    for (j, vj) in v.iter().enumerate() {
-                        blk.row(t0 + s * X8_N + j)[i..i + 16].copy_from_slice(vj);
+                    for (j, vj) in g8(pair, *set).iter().enumerate() {
+                        put(t0 + s * X8_N + j, i, vj);
+                    }
+                }
+            }
+            // The tail as one short set (its unused slots repeating the last
+            // row) through the four- or eight-row product that covers it;
+            // one row alone takes the one-row kernel per group.
+            match (&gemm16_4, &gemm16) {
+                (Some(g4), _) if (2..=X4_N).contains(&tl) => {
+                    for (j, vj) in g4(pair, tail4).iter().enumerate().take(tl) {
+                        put(tail0 + j, i, vj);
+                    }
+                }
+                (_, Some(g8)) if tl >= 2 => {
+                    for (j, vj) in g8(pair, tail).iter().enumerate().take(tl) {
+                        put(tail0 + j, i, vj);
+                    }
+                }
+                _ => {
+                    for (j, &x) in tail[..tl].iter().enumerate() {
+                        put(tail0 + j, i, &gemv(pair[0], [x])[0]);
+                        put(tail0 + j, i + 8, &gemv(pair[1], [x])[0]);
                     }
                 }
             }
         }
-        for i in (0..rows).step_by(8) {
-            let g = (r0 + i) / 8;
-            let group = group(g);
-            if i >= paired {
-                for (s, set) in sets[..full].iter().enumerate() {
-                    let v = gemm(group, *set);
-                    for (j, vj) in v.iter().enumerate() {
-                        blk.row(t0 + s * X8_N + j)[i..i + 8].copy_from_slice(vj);
-                    }
+        for i in (paired..rows).step_by(8) {
+            let group = group((r0 + i) / 8);
+            for (s, set) in sets[..full].iter().enumerate() {
+                for (j, vj) in gemm(group, *set).iter().enumerate() {
+                    put(t0 + s * X8_N + j, i, vj);
                 }
             }
-            let mut first = if i < paired { quad } else { 0 };
-            if first == 0 && tl >= TAIL_GEMM {
-                // A short set (unused slots repeat the last row) costs less
-                // than that many one-row passes.
-                let v = gemm(group, tail);
-                for (j, vj) in v.iter().enumerate().take(tl) {
-                    blk.row(tail0 + j)[i..i + 8].copy_from_slice(vj);
+            if tl >= TAIL_GEMM {
+                for (j, vj) in gemm(group, tail).iter().enumerate().take(tl) {
+                    put(tail0 + j, i, vj);
                 }
-                first = tl;
-            }
-            for (j, &x) in tail[first..t1 - tail0].iter().enumerate() {
-                blk.row(tail0 + first + j)[i..i + 8].copy_from_slice(&gemv(group, [x])[0]);
+            } else {
+                for (j, &x) in tail[..tl].iter().enumerate() {
+                    put(tail0 + j, i, &gemv(group, [x])[0]);
+                }
             }
         }
     }
