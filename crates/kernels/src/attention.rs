@@ -9,7 +9,6 @@
 //! Precision: K and V are stored as f16 (as llama.cpp's default cache) and
 //! widened to f32; scores, softmax and the weighted sum accumulate in f32.
 
-use crate::ops::softmax;
 use crate::quant::dot::{axpy_f16, dot_f32_f16};
 pub use crate::rows::{HeadView, PagedKv};
 
@@ -63,23 +62,31 @@ pub fn attend_head(
         scale,
         window: None,
         softcap: None,
+        from: 0,
+        until: usize::MAX,
     };
-    attend_head_view(q, &view, n_ctx, scores, out)
+    attend_head_view(q, &view, n_ctx, scores, out);
 }
 
-/// [`attend_head`] over a KV head's view, with its window and soft cap:
-/// positions `view.first_visible(n_ctx)..n_ctx`.
+/// [`attend_head`] over a KV head's view, with its window, soft cap and
+/// position range: positions `view.first_visible(n_ctx)..view.visible_end(n_ctx)`.
+/// Returns the log-sum-exp of the scaled scores (`-inf`, and `out` zero,
+/// when no position is visible).
 fn attend_head_view(
     q: &[f32],
     view: &HeadView<'_>,
     n_ctx: usize,
     scores: &mut [f32],
     out: &mut [f32],
-) {
+) -> f32 {
     let (kv, table) = (&view.kv, view.table);
     let hd = kv.head_dim;
-    let lo = view.first_visible(n_ctx);
-    let scores = &mut scores[..n_ctx - lo];
+    let (lo, hi) = (view.first_visible(n_ctx), view.visible_end(n_ctx));
+    out.fill(0.0);
+    if lo == hi {
+        return f32::NEG_INFINITY;
+    }
+    let scores = &mut scores[..hi - lo];
     for (j, s) in scores.iter_mut().enumerate() {
         let off = kv.slot_offset(table, lo + j) + view.kvh * hd;
         *s = dot_f32_f16(q, &kv.k[off..off + hd]) * view.scale;
@@ -87,12 +94,12 @@ fn attend_head_view(
     if let Some(cap) = view.softcap {
         crate::ops::softcap(scores, cap);
     }
-    softmax(scores);
-    out.fill(0.0);
+    let lse = crate::ops::softmax_lse(scores);
     for (j, &w) in scores.iter().enumerate() {
         let off = kv.slot_offset(table, lo + j) + view.kvh * hd;
         axpy_f16(out, w, &kv.v[off..off + hd]);
     }
+    lse
 }
 
 /// Length of the `scores` buffer [`attend_tile`] needs for `t` tokens of
@@ -117,11 +124,25 @@ pub fn attend_tile(
     scores: &mut [f32],
     out: &mut [f32],
 ) {
-    (crate::cpu::kernels().attend_tile)(view, q, t, n_ctx, scores, out)
+    (crate::cpu::kernels().attend_tile)(view, q, t, n_ctx, scores, out, None)
+}
+
+/// [`attend_tile`], also writing each query row's log-sum-exp into `lse`
+/// (`t * group` values; see [`crate::rows::AttendTile`]).
+pub fn attend_tile_lse(
+    view: &HeadView<'_>,
+    q: &[f32],
+    t: usize,
+    n_ctx: usize,
+    scores: &mut [f32],
+    out: &mut [f32],
+    lse: &mut [f32],
+) {
+    (crate::cpu::kernels().attend_tile)(view, q, t, n_ctx, scores, out, Some(lse))
 }
 
 /// The reference of [`attend_tile`]: [`attend_head`] (with the view's
-/// window and soft cap) for each token and head.
+/// window, soft cap and position range) for each token and head.
 pub fn attend_tile_reference(
     view: &HeadView<'_>,
     q: &[f32],
@@ -129,17 +150,21 @@ pub fn attend_tile_reference(
     n_ctx: usize,
     scores: &mut [f32],
     out: &mut [f32],
+    mut lse: Option<&mut [f32]>,
 ) {
     let hd = view.kv.head_dim;
     let g = q.len() / (t * hd).max(1);
     for i in 0..t * g {
-        attend_head_view(
+        let l = attend_head_view(
             &q[i * hd..(i + 1) * hd],
             view,
             n_ctx + i / g,
             scores,
             &mut out[i * hd..(i + 1) * hd],
         );
+        if let Some(lse) = lse.as_deref_mut() {
+            lse[i] = l;
+        }
     }
 }
 
@@ -190,10 +215,12 @@ mod tests {
                     scale: 0.3,
                     window,
                     softcap,
+                    from: 0,
+                    until: usize::MAX,
                 };
                 let mut scores = vec![0.0; tile_scores_len(t, g, n_ctx)];
                 let mut want = vec![0.0; t * g * hd];
-                attend_tile_reference(&view, &q, t, n_ctx, &mut scores, &mut want);
+                attend_tile_reference(&view, &q, t, n_ctx, &mut scores, &mut want, None);
                 // Token i of the tile is the one-token case at context n_ctx + i.
                 let mut one = vec![0.0; g * hd];
                 let i = t - 1;
@@ -204,12 +231,21 @@ mod tests {
                     n_ctx + i,
                     &mut scores,
                     &mut one,
+                    None,
                 );
                 assert_eq!(one, want[i * g * hd..]);
                 for isa in crate::cpu::tiers() {
                     let mut got = vec![f32::NAN; t * g * hd];
                     scores.fill(f32::NAN);
-                    (Kernels::for_isa(isa).attend_tile)(&view, &q, t, n_ctx, &mut scores, &mut got);
+                    (Kernels::for_isa(isa).attend_tile)(
+                        &view,
+                        &q,
+                        t,
+                        n_ctx,
+                        &mut scores,
+                        &mut got,
+                        None,
+                    );
                     for (a, b) in got.iter().zip(&want) {
                         assert!(
                             (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
@@ -245,10 +281,12 @@ mod tests {
                 scale: 0.3,
                 window,
                 softcap: None,
+                from: 0,
+                until: usize::MAX,
             };
             let mut scores = vec![0.0; tile_scores_len(1, 1, n_ctx)];
             let mut out = vec![0.0; hd];
-            attend_tile_reference(&view, &q, 1, n_ctx, &mut scores, &mut out);
+            attend_tile_reference(&view, &q, 1, n_ctx, &mut scores, &mut out, None);
             out
         };
         assert_eq!(run(Some(n_ctx)), run(None));

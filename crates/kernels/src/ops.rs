@@ -106,6 +106,12 @@ impl Rope {
 
 /// In-place softmax of one row, max-subtracted; sums in f64 for stability.
 pub fn softmax(x: &mut [f32]) {
+    softmax_lse(x);
+}
+
+/// [`softmax`], returning the log-sum-exp of the inputs, `max + ln(sum
+/// exp(x - max))` (`-inf` for an empty slice).
+pub fn softmax_lse(x: &mut [f32]) -> f32 {
     let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
     let mut sum = 0.0f64;
     for v in x.iter_mut() {
@@ -116,6 +122,7 @@ pub fn softmax(x: &mut [f32]) {
     for v in x.iter_mut() {
         *v *= inv;
     }
+    max + sum.ln() as f32
 }
 
 /// SwiGLU gate: `gate = silu(gate) * up`, elementwise, through the

@@ -287,6 +287,8 @@ pub fn attention_rate(
                     scale: 1.0 / (hd as f32).sqrt(),
                     window: None,
                     softcap: None,
+                    from: 0,
+                    until: usize::MAX,
                 };
                 let qt = &q[j * gq..(j + n) * gq];
                 attend_tile(

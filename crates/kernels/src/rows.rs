@@ -42,8 +42,18 @@ pub fn zero_offset(ty: GgmlType) -> f32 {
 
 /// Causal attention of a tile of tokens and grouped query heads (see
 /// [`crate::attention::attend_tile`]).
-pub type AttendTile =
-    fn(view: &HeadView<'_>, q: &[f32], t: usize, n_ctx: usize, scores: &mut [f32], out: &mut [f32]);
+/// `lse`, when given, receives each query row's log-sum-exp of its scaled
+/// (and capped) scores over the positions it saw (`-inf` where it saw
+/// none): what merging the pieces of a split-context attention needs.
+pub type AttendTile = fn(
+    view: &HeadView<'_>,
+    q: &[f32],
+    t: usize,
+    n_ctx: usize,
+    scores: &mut [f32],
+    out: &mut [f32],
+    lse: Option<&mut [f32]>,
+);
 
 /// Activation rows per tile of the eight-row interleaved kernels.
 pub const X8_N: usize = 8;
@@ -137,11 +147,30 @@ pub struct HeadView<'a> {
     pub window: Option<usize>,
     /// Soft-capping of the scaled scores, `cap * tanh(s / cap)` (Gemma 2).
     pub softcap: Option<f32>,
+    /// Positions `from..until` only, on top of the causal mask and the
+    /// window: one piece of a split-context attention
+    /// ([`crate::attention_split`]). `0..usize::MAX` ([`ALL_POSITIONS`])
+    /// for the whole context.
+    pub from: usize,
+    pub until: usize,
 }
 
+/// [`HeadView::from`] and [`HeadView::until`] of a view over every position.
+pub const ALL_POSITIONS: (usize, usize) = (0, usize::MAX);
+
 impl HeadView<'_> {
-    /// The first position a query with `n_ctx` positions in view sees.
+    /// The first position a query with `n_ctx` positions in view sees
+    /// (`n_ctx` when it sees none).
     pub fn first_visible(&self, n_ctx: usize) -> usize {
-        self.window.map_or(0, |w| n_ctx.saturating_sub(w))
+        self.window
+            .map_or(0, |w| n_ctx.saturating_sub(w))
+            .max(self.from)
+            .min(n_ctx)
+    }
+
+    /// One past the last position a query with `n_ctx` positions in view
+    /// sees; [`Self::first_visible`] when it sees none.
+    pub fn visible_end(&self, n_ctx: usize) -> usize {
+        n_ctx.min(self.until).max(self.first_visible(n_ctx))
     }
 }

@@ -30,6 +30,7 @@ pub use crate::naming::Naming;
 use crate::weights::{Tensor, TensorSource};
 use crate::{Error, Result};
 use hasten_kernels::attention::{attend_tile, tile_scores_len, HeadView};
+use hasten_kernels::attention_split::{attend_items_split, pieces_for, Item};
 use hasten_kernels::matmul::matmul;
 use hasten_kernels::ops::{add_assign, gelu_mul, rms_norm, silu_mul, softcap, Rope};
 use hasten_kernels::threads::{par_chunks, Threads};
@@ -621,6 +622,8 @@ impl Model {
             scale: c.scales.attention.unwrap_or(1.0 / (hd as f32).sqrt()),
             window: layer.spec.window,
             softcap: c.scales.attn_softcap,
+            from: 0,
+            until: usize::MAX,
         };
         attend_all(c, &view, batch, &s.tok, q, &mut s.att_t[..t * qd], threads);
         let (n_kv, group) = (c.n_kv_heads, c.n_heads / c.n_kv_heads);
@@ -714,7 +717,9 @@ impl Model {
 /// contiguous piece mixes short and long contexts, balancing the threads
 /// during prefill. Inside a piece, runs of up to ATTN_TILE consecutive
 /// tokens of one sequence form a tile whose K/V rows are read once for all
-/// its tokens and query heads.
+/// its tokens and query heads. When the items are too few for the threads
+/// (a decode step of few sequences), each item's context is split across
+/// threads instead ([`hasten_kernels::attention_split`]).
 fn attend_all(
     c: &Config,
     view: &HeadView<'_>,
@@ -728,6 +733,29 @@ fn attend_all(
     let group = c.n_heads / c.n_kv_heads;
     let t = tok.len();
     let gq = group * hd;
+    // Few (KV head, token) items, or a count the threads do not divide
+    // (a decode step): cut each item's context into pieces instead.
+    let n_max = tok.iter().map(|&(_, pos)| pos + 1).max().unwrap_or(0);
+    let pieces = pieces_for(c.n_kv_heads * t, n_max, threads);
+    if pieces > 1 {
+        let item = |k: usize| {
+            let (kvh, j) = (k / t, k % t);
+            let (seq, pos) = tok[j];
+            let at = j * qd + kvh * gq;
+            Item {
+                view: HeadView {
+                    table: batch[seq].block_table,
+                    kvh,
+                    ..*view
+                },
+                q: &q[at..at + gq],
+                t: 1,
+                n_ctx: pos + 1,
+            }
+        };
+        attend_items_split(c.n_kv_heads * t, pieces, group, hd, item, threads, att_t);
+        return;
+    }
     par_chunks(att_t, gq, threads, |first, piece| {
         ATTN_BUF.with(|buf| {
             let (sc, qt) = &mut *buf.borrow_mut();

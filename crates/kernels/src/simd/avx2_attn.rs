@@ -31,11 +31,21 @@ pub fn attend_tile(
     n_ctx: usize,
     scores: &mut [f32],
     out: &mut [f32],
+    lse: Option<&mut [f32]>,
 ) {
-    checked(view, q, t, n_ctx, scores, out, |v, q, t, g, n, s, o| {
-        // SAFETY: features detected by the kernel table; lengths checked by `checked`.
-        unsafe { tile_impl(v, q, t, g, n, s, o) }
-    })
+    checked(
+        view,
+        q,
+        t,
+        n_ctx,
+        scores,
+        out,
+        lse,
+        |v, q, t, g, n, s, o, l| {
+            // SAFETY: features detected by the kernel table; lengths checked by `checked`.
+            unsafe { tile_impl(v, q, t, g, n, s, o, l) }
+        },
+    )
 }
 
 /// The AVX-512 tier's [`attend_tile`]: the same kernel compiled with
@@ -48,16 +58,27 @@ pub fn attend_tile_avx512(
     n_ctx: usize,
     scores: &mut [f32],
     out: &mut [f32],
+    lse: Option<&mut [f32]>,
 ) {
-    checked(view, q, t, n_ctx, scores, out, |v, q, t, g, n, s, o| {
-        // SAFETY: handed out by the kernel table only after AVX-512 F/VL were
-        // detected; lengths checked by `checked`.
-        unsafe { tile_impl_avx512(v, q, t, g, n, s, o) }
-    })
+    checked(
+        view,
+        q,
+        t,
+        n_ctx,
+        scores,
+        out,
+        lse,
+        |v, q, t, g, n, s, o, l| {
+            // SAFETY: handed out by the kernel table only after AVX-512 F/VL were
+            // detected; lengths checked by `checked`.
+            unsafe { tile_impl_avx512(v, q, t, g, n, s, o, l) }
+        },
+    )
 }
 
 /// Checks the shapes a tile kernel relies on and runs `kernel`, or the
 /// reference for shapes it does not handle.
+#[allow(clippy::too_many_arguments)]
 fn checked(
     view: &HeadView<'_>,
     q: &[f32],
@@ -65,7 +86,17 @@ fn checked(
     n_ctx: usize,
     scores: &mut [f32],
     out: &mut [f32],
-    kernel: impl Fn(&HeadView<'_>, &[f32], usize, usize, usize, &mut [f32], &mut [f32]),
+    lse: Option<&mut [f32]>,
+    kernel: impl Fn(
+        &HeadView<'_>,
+        &[f32],
+        usize,
+        usize,
+        usize,
+        &mut [f32],
+        &mut [f32],
+        Option<&mut [f32]>,
+    ),
 ) {
     let hd = view.kv.head_dim;
     let g = q.len() / (t * hd).max(1);
@@ -80,8 +111,9 @@ fn checked(
         || n_last > kv_rows
         || scores.len() < tile_scores_len(t, g, n_ctx)
         || out.len() < t * g * hd
+        || lse.as_ref().is_some_and(|l| l.len() < t * g)
     {
-        return attend_tile_reference(view, q, t, n_ctx, scores, out);
+        return attend_tile_reference(view, q, t, n_ctx, scores, out, lse);
     }
     // Lengths checked above; cache rows are taken as bounds-checked slices inside.
     kernel(
@@ -92,6 +124,7 @@ fn checked(
         n_ctx,
         scores,
         &mut out[..t * g * hd],
+        lse,
     )
 }
 
@@ -152,6 +185,7 @@ macro_rules! tile_fn {
         /// checked.
         #[target_feature(enable = $feat)]
         #[allow(clippy::int_plus_one)] // `r + $r <= rows` reads as "$r rows fit"
+        #[allow(clippy::too_many_arguments)]
         unsafe fn $name(
             view: &HeadView<'_>,
             q: &[f32],
@@ -160,16 +194,17 @@ macro_rules! tile_fn {
             n_ctx: usize,
             scores: &mut [f32],
             out: &mut [f32],
+            mut lse: Option<&mut [f32]>,
         ) {
             super::align_frame!();
             let hd = view.kv.head_dim;
-            let n_last = n_ctx + t - 1;
+            let n_last = view.visible_end(n_ctx + t - 1);
             let w = n_last.next_multiple_of(8);
             let rows = t * g;
-            // Context length of query row `r` (token `r / g`), and its
-            // first visible position (0 without a sliding window).
-            let len = |r: usize| n_ctx + r / g;
-            let lo = |r: usize| view.first_visible(len(r));
+            // One past the last position query row `r` (token `r / g`)
+            // sees, and its first (0 without a window or a range).
+            let len = |r: usize| view.visible_end(n_ctx + r / g);
+            let lo = |r: usize| view.first_visible(n_ctx + r / g);
             // Blocks before the first row's window are never read.
             let start = lo(0) / ROWS * ROWS;
             let mut block = [0.0f32; ROWS * MAX_HEAD_DIM];
@@ -195,7 +230,10 @@ macro_rules! tile_fn {
                 if let Some(cap) = view.softcap {
                     softcap8(&mut row[lo..len], cap);
                 }
-                softmax8(&mut row[lo..len]);
+                let l = softmax8(&mut row[lo..len]);
+                if let Some(lse) = lse.as_deref_mut() {
+                    lse[r] = l;
+                }
                 row[start..lo].fill(0.0);
                 row[len..].fill(0.0);
             }
@@ -289,10 +327,11 @@ fn softcap8(x: &mut [f32], cap: f32) {
 }
 
 /// Softmax with the polynomial `exp` of the AVX2 tier, eight lanes at a
-/// time (the tail padded with `-inf`, which contributes 0).
+/// time (the tail padded with `-inf`, which contributes 0); returns the
+/// log-sum-exp of the inputs (`-inf` for none).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn softmax8(x: &mut [f32]) {
+fn softmax8(x: &mut [f32]) -> f32 {
     let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
     let m = _mm256_set1_ps(max);
     let mut sum = _mm256_setzero_ps();
@@ -320,10 +359,12 @@ fn softmax8(x: &mut [f32]) {
     let mut lanes = [0f32; 8];
     // SAFETY: `lanes` holds 8 floats.
     unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), sum) };
-    let inv = 1.0 / lanes.iter().map(|&v| v as f64).sum::<f64>() as f32;
+    let total = lanes.iter().map(|&v| v as f64).sum::<f64>();
+    let inv = 1.0 / total as f32;
     for v in x.iter_mut() {
         *v *= inv;
     }
+    max + total.ln() as f32
 }
 
 /// The weighted sum of V over positions `start..n_last` (`start` a

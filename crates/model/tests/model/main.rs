@@ -480,3 +480,29 @@ fn a_planted_pattern_makes_greedy_output_periodic() {
         "{out:?}"
     );
 }
+
+/// Decode over a long context with one KV head on two threads cuts the
+/// context into pieces across the threads (split-context attention); the
+/// logits equal those of one thread, which attends unsplit.
+#[test]
+fn split_context_decode_equals_one_thread() {
+    let fx = Fixture {
+        n_kv_heads: 1,
+        context_length: 2048,
+        ..small(GgmlType::Q8_0, Arch::Llama)
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let m = gguf_model(&fx, &dir);
+    let prompt: Vec<u32> = (0..1100u32).map(|i| 3 + (i * 7919) % 31000).collect();
+    let two = Threads::new(2).unwrap();
+    assert!(hasten_kernels::attention_split::pieces_for(1, prompt.len(), two) > 1);
+    let mut split = Session::new(&m, 1200, two);
+    let mut whole = Session::new(&m, 1200, Threads::ONE);
+    split.feed(&prompt).unwrap();
+    whole.feed(&prompt).unwrap();
+    for tok in [17u32, 4242, 29871] {
+        let (a, b) = (split.feed(&[tok]).unwrap(), whole.feed(&[tok]).unwrap());
+        let d = max_diff(&a, &b);
+        assert!(d < 1e-3, "max logit difference {d}");
+    }
+}
