@@ -94,6 +94,12 @@ fn main() {
 
 /// Validates a `--threads` value (0 means one per core) and sizes the
 /// kernel pool to it (never to all cores when fewer were asked for).
+/// `--kv-type`: f16, q8_0 or q4_0.
+pub(crate) fn parse_kv_type(s: &str) -> Result<hasten_kernels::attention::KvType, String> {
+    hasten_kernels::attention::KvType::parse(s)
+        .ok_or_else(|| format!("unknown KV type {s:?}: use f16, q8_0 or q4_0"))
+}
+
 pub(crate) fn threads(n: usize) -> anyhow::Result<hasten_kernels::threads::Threads> {
     use hasten_kernels::threads::{init_pool, Threads};
     let t = if n == 0 {

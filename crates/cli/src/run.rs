@@ -81,6 +81,10 @@ pub struct Args {
     /// serve --max-batch-tokens`).
     #[arg(long, default_value_t = 512)]
     max_batch_tokens: usize,
+    /// How the KV cache stores K and V: f16, q8_0 or q4_0 (as `hasten
+    /// serve --kv-type`).
+    #[arg(long, default_value = "f16", value_parser = crate::parse_kv_type)]
+    kv_type: hasten_kernels::attention::KvType,
     /// Also print the statistics as one JSON object on the last stderr line.
     #[arg(long)]
     json_stats: bool,
@@ -162,6 +166,7 @@ pub fn main(a: Args) -> Result<()> {
             max_step_tokens: a.max_batch_tokens,
             max_draft: a.speculation.max_draft(),
             draft_model: draft,
+            kv_type: a.kv_type,
             ..EngineConfig::single(n_prompt + max_new, threads)
         },
     )?;
@@ -215,7 +220,8 @@ pub fn main(a: Args) -> Result<()> {
     // replaces the file's bytes, same size) plus K and V of the average
     // context during decode.
     let avg_ctx = n_prompt + generated / 2;
-    let decode_bytes = model.weight_bytes() + avg_ctx * model.config.kv_bytes_per_token();
+    let decode_bytes =
+        model.weight_bytes() + avg_ctx * model.config.kv_bytes_per_token_as(a.kv_type);
     let decode_gbs = decode_bytes as f64 * decode_tps / 1e9;
     let read_gbs = if a.vs_estimate && decode_tokens > 0 {
         let bw = hasten_kernels::probe::read_bandwidth(threads, 512 << 20, 5) / 1e9;

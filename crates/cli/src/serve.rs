@@ -93,6 +93,10 @@ pub struct Args {
     /// sequences of full context need).
     #[arg(long, default_value_t = 1024)]
     kv_cache_mib: usize,
+    /// How the KV cache stores K and V: f16, q8_0 (half the bytes) or
+    /// q4_0 (about a quarter; llama.cpp's --cache-type-k/v).
+    #[arg(long, default_value = "f16", value_parser = crate::parse_kv_type)]
+    kv_type: hasten_kernels::attention::KvType,
     /// Sequences decoded together at most.
     #[arg(long, default_value_t = 16)]
     max_running: usize,
@@ -184,6 +188,7 @@ pub fn main(a: Args) -> Result<()> {
         max_step_tokens: Some(a.max_batch_tokens),
         max_draft: a.speculation.max_draft(),
         draft_model: None,
+        kv_type: a.kv_type,
     };
     let draft = a.speculation.draft_model()?.map(|p| p.to_owned());
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -206,7 +206,9 @@ impl Core {
         seed: ChainHash,
     ) -> Self {
         let n_blocks = cfg.kv_blocks();
-        let kv = KvCache::new(&model.config, n_blocks, cfg.block_size);
+        // `Engine::start` checked that the type fits the model's heads.
+        let kv = KvCache::with_type(&model.config, n_blocks, cfg.block_size, cfg.kv_type)
+            .unwrap_or_else(|_| KvCache::new(&model.config, n_blocks, cfg.block_size));
         // Verification passes take each sequence's drafts and want their logits.
         let per_seq = 1 + cfg.max_draft;
         let scratch = Scratch::new(
@@ -221,6 +223,7 @@ impl Core {
                 cfg.block_size,
                 cfg.max_step_tokens + cfg.max_running,
                 cfg.max_running,
+                cfg.kv_type,
             )),
             _ => None,
         };
@@ -752,6 +755,9 @@ impl Core {
         m.waiting = self.waiting.len();
         m.running = self.running.len();
         m.kv_blocks_total = st.total;
+        m.kv_bytes_per_token =
+            self.kv.bytes_per_token() + self.draft.as_ref().map_or(0, |d| d.kv.bytes_per_token());
+        m.kv_capacity_tokens = self.kv.capacity_tokens();
         m.kv_blocks_used = st.used;
         m.kv_blocks_free = st.free;
         m.kv_blocks_cached = st.cached_idle;

@@ -23,6 +23,7 @@
 use super::{Core, Seq};
 use crate::blocks::Block;
 use crate::cost::CostModel;
+use hasten_kernels::attention::KvType;
 use hasten_model::kv::KvCache;
 use hasten_model::llama::{Model, Scratch, SeqBatch};
 use hasten_model::sampler::argmax;
@@ -32,7 +33,7 @@ use std::time::{Duration, Instant};
 /// The draft model and its state on the engine thread.
 pub(super) struct DraftModel {
     model: Arc<Model>,
-    kv: KvCache,
+    pub(super) kv: KvCache,
     scratch: Scratch,
     /// Draft pass time over tokens fed: sizes the catch-up.
     cost: CostModel,
@@ -49,9 +50,12 @@ impl DraftModel {
         block_size: usize,
         max_tokens: usize,
         max_seqs: usize,
+        kv_type: KvType,
     ) -> Self {
         DraftModel {
-            kv: KvCache::new(&model.config, n_blocks, block_size),
+            // `Engine::start` checked that the type fits the draft's heads.
+            kv: KvCache::with_type(&model.config, n_blocks, block_size, kv_type)
+                .unwrap_or_else(|_| KvCache::new(&model.config, n_blocks, block_size)),
             scratch: Scratch::new(&model.config, max_tokens, max_seqs),
             model,
             cost: CostModel::default(),

@@ -28,6 +28,7 @@ pub use request::{
     TokenLogprobs,
 };
 
+use hasten_kernels::attention::KvType;
 use hasten_kernels::threads::Threads;
 use hasten_model::llama::Model;
 use hasten_model::tokenizer::Tokenizer;
@@ -69,6 +70,8 @@ pub struct EngineConfig {
     /// (checked by [`draft::check_draft_model`]); its KV rows live in the
     /// same blocks as the target's.
     pub draft_model: Option<Arc<Model>>,
+    /// How KV rows are stored (both models'): f16, Q8_0 or Q4_0.
+    pub kv_type: KvType,
 }
 
 impl EngineConfig {
@@ -89,16 +92,27 @@ impl EngineConfig {
             max_draft: 0,
             drafter: draft::NgramDrafter::default(),
             draft_model: None,
+            kv_type: KvType::F16,
             threads,
         }
     }
 
-    /// The KV tokens that fit in `bytes` for `model` (f16 K and V), with
-    /// the draft model's rows beside them if there is one.
-    pub fn kv_tokens_for_bytes(model: &Model, draft: Option<&Model>, bytes: usize) -> usize {
-        let per =
-            model.config.kv_bytes_per_token() + draft.map_or(0, |d| d.config.kv_bytes_per_token());
-        bytes / per.max(1)
+    /// KV bytes per token for `model` with rows stored as `ty`, with the
+    /// draft model's rows beside them if there is one.
+    pub fn kv_bytes_per_token(model: &Model, draft: Option<&Model>, ty: KvType) -> usize {
+        model.config.kv_bytes_per_token_as(ty)
+            + draft.map_or(0, |d| d.config.kv_bytes_per_token_as(ty))
+    }
+
+    /// The KV tokens that fit in `bytes` for `model` (rows stored as
+    /// `ty`), with the draft model's rows beside them if there is one.
+    pub fn kv_tokens_for_bytes(
+        model: &Model,
+        draft: Option<&Model>,
+        ty: KvType,
+        bytes: usize,
+    ) -> usize {
+        bytes / Self::kv_bytes_per_token(model, draft, ty).max(1)
     }
 
     /// A serving engine for `model` sized from an operator's choices: the
@@ -107,7 +121,7 @@ impl EngineConfig {
     /// small models need not touch a GiB.
     pub fn for_model(model: &Model, o: &EngineOptions) -> Self {
         let draft = o.draft_model.as_deref();
-        let kv_tokens = Self::kv_tokens_for_bytes(model, draft, o.kv_bytes)
+        let kv_tokens = Self::kv_tokens_for_bytes(model, draft, o.kv_type, o.kv_bytes)
             .min(2 * o.max_running * model.config.context_length);
         let mut ec = EngineConfig::new(kv_tokens, o.threads);
         ec.max_running = o.max_running;
@@ -120,6 +134,7 @@ impl EngineConfig {
         ec.prefix_cache = o.prefix_cache;
         ec.max_draft = o.max_draft;
         ec.draft_model = o.draft_model.clone();
+        ec.kv_type = o.kv_type;
         ec
     }
 
@@ -171,6 +186,8 @@ pub struct EngineOptions {
     pub max_draft: usize,
     /// Draft with this model rather than by prompt lookup.
     pub draft_model: Option<Arc<Model>>,
+    /// How KV rows are stored (`--kv-type`).
+    pub kv_type: KvType,
 }
 
 impl EngineOptions {
@@ -187,6 +204,7 @@ impl EngineOptions {
             max_step_tokens: None,
             max_draft: 0,
             draft_model: None,
+            kv_type: KvType::F16,
         }
     }
 }
@@ -282,12 +300,22 @@ impl Engine {
         cfg: EngineConfig,
     ) -> Result<Engine> {
         cfg.check()?;
+        hasten_model::kv::check_kv_type(&model.config, cfg.kv_type)?;
+        if let Some(d) = &cfg.draft_model {
+            hasten_model::kv::check_kv_type(&d.config, cfg.kv_type)?;
+        }
         let limits = Limits {
             vocab_size: model.config.vocab_size,
             context_length: model.config.context_length,
             kv_tokens: cfg.kv_blocks() * cfg.block_size,
             speculates: cfg.max_draft > 0,
             draft_model: cfg.max_draft > 0 && cfg.draft_model.is_some(),
+            kv_type: cfg.kv_type,
+            kv_bytes_per_token: EngineConfig::kv_bytes_per_token(
+                &model,
+                cfg.draft_model.as_deref().filter(|_| cfg.max_draft > 0),
+                cfg.kv_type,
+            ),
         };
         let shared = Arc::new(Shared::default());
         let metrics = Arc::new(Mutex::new(Metrics::default()));

@@ -91,6 +91,10 @@ pub struct Metrics {
     pub waiting: usize,
     pub running: usize,
     pub kv_blocks_total: usize,
+    /// KV bytes per token (both models' K and V rows, in the cache's type).
+    pub kv_bytes_per_token: usize,
+    /// Tokens the KV cache holds.
+    pub kv_capacity_tokens: usize,
     pub kv_blocks_used: usize,
     pub kv_blocks_free: usize,
     pub kv_blocks_cached: usize,
@@ -126,6 +130,8 @@ impl Default for Metrics {
             waiting: 0,
             running: 0,
             kv_blocks_total: 0,
+            kv_bytes_per_token: 0,
+            kv_capacity_tokens: 0,
             kv_blocks_used: 0,
             kv_blocks_free: 0,
             kv_blocks_cached: 0,

@@ -91,6 +91,10 @@ pub struct Limits {
     pub speculates: bool,
     /// It has a draft model (`"speculate": "draft"`).
     pub draft_model: bool,
+    /// How KV rows are stored, and the bytes one token's rows take (both
+    /// models'): for the start-up line.
+    pub kv_type: hasten_kernels::attention::KvType,
+    pub kv_bytes_per_token: usize,
 }
 
 /// A request the engine accepts: only [`Request::validate`] makes one.
@@ -247,6 +251,8 @@ mod tests {
         kv_tokens: 48,
         speculates: false,
         draft_model: false,
+        kv_type: hasten_kernels::attention::KvType::F16,
+        kv_bytes_per_token: 0,
     };
 
     #[test]

@@ -42,6 +42,8 @@ fn limits(c: &EngineConfig) -> Limits {
         kv_tokens: c.kv_blocks() * c.block_size,
         speculates: c.max_draft > 0,
         draft_model: c.max_draft > 0 && c.draft_model.is_some(),
+        kv_type: hasten_kernels::attention::KvType::F16,
+        kv_bytes_per_token: 0,
     }
 }
 
@@ -512,4 +514,70 @@ fn serving_engines_are_sized_from_operator_options() {
     // `hasten run`'s engine: one sequence, no prefix cache.
     let s = EngineConfig::single(40, Threads::ONE);
     assert_eq!((s.max_running, s.prefix_cache, s.kv_tokens), (1, false, 40));
+}
+
+/// `--kv-type q8_0`: the same bytes hold twice the tokens (and then some:
+/// 34 bytes per 32 values against 64), the engine generates, its metrics
+/// report the bytes per token, and a head dimension the blocks do not
+/// divide is a clear start-up error.
+#[test]
+fn quantized_kv_caches_hold_more_tokens_and_generate() {
+    use hasten_kernels::attention::KvType;
+    let (m, t) = model();
+    let (f16, q8, q4) = (
+        m.config.kv_bytes_per_token_as(KvType::F16),
+        m.config.kv_bytes_per_token_as(KvType::Q8_0),
+        m.config.kv_bytes_per_token_as(KvType::Q4_0),
+    );
+    assert_eq!((q8 * 64, q4 * 64), (f16 * 34, f16 * 18));
+    let mut o = hasten_engine::EngineOptions::new(Threads::ONE);
+    o.kv_bytes = 100 * f16;
+    o.kv_type = KvType::Q8_0;
+    assert_eq!(EngineConfig::for_model(&m, &o).kv_tokens, 100 * f16 / q8);
+    for ty in [KvType::Q8_0, KvType::Q4_0] {
+        let engine = Engine::start(
+            m.clone(),
+            t.clone(),
+            EngineConfig {
+                kv_type: ty,
+                ..cfg(256)
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            engine.limits().kv_bytes_per_token,
+            m.config.kv_bytes_per_token_as(ty)
+        );
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+        let (toks, fin) = engine
+            .submit(engine.validate(spec(prompt(&mut rng, 20), 12)).unwrap())
+            .unwrap()
+            .wait()
+            .unwrap();
+        assert_eq!((toks.len(), fin.output_tokens), (12, 12));
+        let metrics = engine.metrics();
+        assert_eq!(
+            metrics.kv_bytes_per_token,
+            m.config.kv_bytes_per_token_as(ty)
+        );
+        assert_eq!(metrics.kv_capacity_tokens, 256);
+        engine.shutdown();
+    }
+    // Heads of 48 values are not whole 32-value blocks.
+    let odd = hasten_model::testing::load_fixture(&Fixture {
+        head_dim: 48,
+        ..Fixture::tiny(GgmlType::Q8_0)
+    })
+    .unwrap();
+    let e = Engine::start(
+        Arc::new(odd.model),
+        Arc::new(odd.tokenizer),
+        EngineConfig {
+            kv_type: KvType::Q8_0,
+            ..cfg(256)
+        },
+    )
+    .err()
+    .expect("a 48-value head cannot be cached as q8_0");
+    assert!(e.to_string().contains("multiple of 32"), "{e}");
 }

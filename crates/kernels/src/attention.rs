@@ -10,7 +10,7 @@
 //! widened to f32; scores, softmax and the weighted sum accumulate in f32.
 
 use crate::quant::dot::{axpy_f16, dot_f32_f16};
-pub use crate::rows::{HeadView, PagedKv};
+pub use crate::rows::{HeadView, KvRows, KvType, PagedKv};
 
 /// Attention of query `q` (`n_heads * head_dim`) over positions `0..n_ctx`
 /// of the sequence whose blocks are `table`. `scores` must hold `n_ctx`
@@ -86,20 +86,61 @@ fn attend_head_view(
     if lo == hi {
         return f32::NEG_INFINITY;
     }
+    let row = |p: usize| kv.row_index(table, p, view.kvh);
+    let mut wide = vec![0.0f32; if kv.k.ty() == KvType::F16 { 0 } else { hd }];
     let scores = &mut scores[..hi - lo];
     for (j, s) in scores.iter_mut().enumerate() {
-        let off = kv.slot_offset(table, lo + j) + view.kvh * hd;
-        *s = dot_f32_f16(q, &kv.k[off..off + hd]) * view.scale;
+        let dot = match kv.k {
+            KvRows::F16(k) => dot_f32_f16(q, &k[row(lo + j) * hd..][..hd]),
+            KvRows::Quant(..) => {
+                widen_row(kv.k, row(lo + j), &mut wide);
+                q.iter().zip(&wide).map(|(a, b)| a * b).sum()
+            }
+        };
+        *s = dot * view.scale;
     }
     if let Some(cap) = view.softcap {
         crate::ops::softcap(scores, cap);
     }
     let lse = crate::ops::softmax_lse(scores);
+    wide.resize(if kv.v.ty() == KvType::F16 { 0 } else { hd }, 0.0);
     for (j, &w) in scores.iter().enumerate() {
-        let off = kv.slot_offset(table, lo + j) + view.kvh * hd;
-        axpy_f16(out, w, &kv.v[off..off + hd]);
+        match kv.v {
+            KvRows::F16(v) => axpy_f16(out, w, &v[row(lo + j) * hd..][..hd]),
+            KvRows::Quant(..) => {
+                widen_row(kv.v, row(lo + j), &mut wide);
+                for (o, x) in out.iter_mut().zip(&wide) {
+                    *o += w * x;
+                }
+            }
+        }
     }
     lse
+}
+
+/// Row `i` of `rows` widened to f32 (`out.len()` values): the reference
+/// every tier's cache reads are tested against.
+pub fn widen_row(rows: KvRows<'_>, i: usize, out: &mut [f32]) {
+    let hd = out.len();
+    match rows {
+        KvRows::F16(r) => {
+            for (o, x) in out.iter_mut().zip(&r[i * hd..(i + 1) * hd]) {
+                *o = x.to_f32();
+            }
+        }
+        KvRows::Quant(ty, r) => {
+            let src = &r[i * ty.row_bytes(hd)..(i + 1) * ty.row_bytes(hd)];
+            match ty {
+                KvType::Q8_0 => crate::quant::legacy::dequantize_q8_0(src, out),
+                KvType::Q4_0 => crate::quant::legacy::dequantize_q4_0(src, out),
+                KvType::F16 => {
+                    for (o, b) in out.iter_mut().zip(src.chunks_exact(2)) {
+                        *o = half::f16::from_le_bytes([b[0], b[1]]).to_f32();
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// Length of the `scores` buffer [`attend_tile`] needs for `t` tokens of
@@ -193,8 +234,8 @@ mod tests {
             let ks: Vec<f16> = (0..n_blocks * bs * kv_dim).map(|i| val(i, 0.1)).collect();
             let vs: Vec<f16> = (0..n_blocks * bs * kv_dim).map(|i| val(i, 0.3)).collect();
             let kv = PagedKv {
-                k: &ks,
-                v: &vs,
+                k: KvRows::F16(&ks),
+                v: KvRows::F16(&vs),
                 block_size: bs,
                 n_kv_heads: nkv,
                 head_dim: hd,
@@ -257,6 +298,100 @@ mod tests {
         }
     }
 
+    /// Q8_0 and Q4_0 caches: every tier's tile equals the reference over
+    /// the same blocks, and both stay near the f16 cache's result.
+    #[test]
+    fn quantized_cache_attention_matches_the_reference_on_every_tier() {
+        use crate::cpu::Kernels;
+        for (bs, nkv, hd, g, t, n_ctx) in [
+            (16, 1, 64, 8, 1, 40),
+            (16, 1, 64, 8, 4, 17),
+            (8, 2, 32, 4, 2, 30),
+            (16, 2, 128, 2, 3, 50),
+        ] {
+            let rows = 4 * bs * nkv;
+            let val = |i: usize, s: f32| ((i * 37 % 101) as f32 * s).sin();
+            let kf: Vec<f32> = (0..rows * hd).map(|i| val(i, 0.1)).collect();
+            let vf: Vec<f32> = (0..rows * hd).map(|i| val(i, 0.3)).collect();
+            let half = |x: &[f32]| x.iter().map(|&v| f16::from_f32(v)).collect::<Vec<_>>();
+            let (kh, vh) = (half(&kf), half(&vf));
+            let table = [2u32, 0, 3, 1];
+            let q: Vec<f32> = (0..t * g * hd).map(|i| (i as f32 * 0.7).cos()).collect();
+            let n_ctx = n_ctx.min(table.len() * bs + 1 - t);
+            fn view<'a>(
+                k: KvRows<'a>,
+                v: KvRows<'a>,
+                bs: usize,
+                nkv: usize,
+                hd: usize,
+                table: &'a [u32],
+            ) -> HeadView<'a> {
+                HeadView {
+                    kv: PagedKv {
+                        k,
+                        v,
+                        block_size: bs,
+                        n_kv_heads: nkv,
+                        head_dim: hd,
+                    },
+                    table,
+                    kvh: nkv - 1,
+                    scale: 0.3,
+                    window: None,
+                    softcap: None,
+                    from: 0,
+                    until: usize::MAX,
+                }
+            }
+            let mut scores = vec![0.0; tile_scores_len(t, g, n_ctx)];
+            let mut exact = vec![0.0; t * g * hd];
+            let fv = view(KvRows::F16(&kh), KvRows::F16(&vh), bs, nkv, hd, &table);
+            attend_tile_reference(&fv, &q, t, n_ctx, &mut scores, &mut exact, None);
+            for (ty, near) in [(KvType::Q8_0, 0.02), (KvType::Q4_0, 0.15)] {
+                let quant = |x: &[f32]| {
+                    let rb = ty.row_bytes(hd);
+                    let mut b = vec![0u8; rows * rb];
+                    for (src, dst) in x.chunks_exact(hd).zip(b.chunks_exact_mut(rb)) {
+                        crate::quant::quantize_row(ty.ggml(), src, dst).unwrap();
+                    }
+                    b
+                };
+                let (kq, vq) = (quant(&kf), quant(&vf));
+                let qv = view(
+                    KvRows::Quant(ty, &kq),
+                    KvRows::Quant(ty, &vq),
+                    bs,
+                    nkv,
+                    hd,
+                    &table,
+                );
+                let mut want = vec![0.0; t * g * hd];
+                attend_tile_reference(&qv, &q, t, n_ctx, &mut scores, &mut want, None);
+                for (a, b) in want.iter().zip(&exact) {
+                    assert!((a - b).abs() <= near, "{ty:?} hd={hd}: {a} vs f16 {b}");
+                }
+                for isa in crate::cpu::tiers() {
+                    let mut got = vec![f32::NAN; t * g * hd];
+                    (Kernels::for_isa(isa).attend_tile)(
+                        &qv,
+                        &q,
+                        t,
+                        n_ctx,
+                        &mut scores,
+                        &mut got,
+                        None,
+                    );
+                    for (a, b) in got.iter().zip(&want) {
+                        assert!(
+                            (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                            "{isa:?} {ty:?} hd={hd} t={t}: {a} vs {b}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     /// A window as wide as the context changes nothing; a window of one
     /// position returns that position's V.
     #[test]
@@ -266,8 +401,8 @@ mod tests {
         let ks: Vec<f16> = (0..3 * bs * hd).map(|i| val(i, 0.1)).collect();
         let vs: Vec<f16> = (0..3 * bs * hd).map(|i| val(i, 0.3)).collect();
         let kv = PagedKv {
-            k: &ks,
-            v: &vs,
+            k: KvRows::F16(&ks),
+            v: KvRows::F16(&vs),
             block_size: bs,
             n_kv_heads: 1,
             head_dim: hd,
@@ -325,8 +460,8 @@ mod tests {
         let mut o1 = vec![0.0; nh * hd];
         let mut o2 = o1.clone();
         let paged = PagedKv {
-            k: &ks,
-            v: &vs,
+            k: KvRows::F16(&ks),
+            v: KvRows::F16(&vs),
             block_size: bs,
             n_kv_heads: nkv,
             head_dim: hd,
@@ -342,8 +477,8 @@ mod tests {
             &mut o1,
         );
         let contiguous = PagedKv {
-            k: &kc,
-            v: &vc,
+            k: KvRows::F16(&kc),
+            v: KvRows::F16(&vc),
             block_size: bs,
             n_kv_heads: nkv,
             head_dim: hd,

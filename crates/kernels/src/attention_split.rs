@@ -159,7 +159,7 @@ mod tests {
     use super::*;
     use crate::attention::attend_tile_reference;
     use crate::cpu::Kernels;
-    use crate::rows::PagedKv;
+    use crate::rows::{KvRows, PagedKv};
     use half::f16;
 
     #[test]
@@ -202,8 +202,8 @@ mod tests {
         // Blocks in reverse order: the paged layout stays in play.
         let table: Vec<u32> = (0..n_blocks as u32).rev().collect();
         let kv = PagedKv {
-            k: &ks,
-            v: &vs,
+            k: KvRows::F16(&ks),
+            v: KvRows::F16(&vs),
             block_size: bs,
             n_kv_heads: 1,
             head_dim: hd,
@@ -269,8 +269,8 @@ mod tests {
         let vs: Vec<f16> = (0..16 * bs * hd).map(|i| val(i, 0.3)).collect();
         let table: Vec<u32> = (0..16).collect();
         let kv = PagedKv {
-            k: &ks,
-            v: &vs,
+            k: KvRows::F16(&ks),
+            v: KvRows::F16(&vs),
             block_size: bs,
             n_kv_heads: 1,
             head_dim: hd,

@@ -8,7 +8,7 @@
 //! do); the kernel probes report the median pass, what a run on a shared,
 //! noisy machine typically sees.
 
-use crate::attention::{attend_tile, tile_scores_len, HeadView, PagedKv};
+use crate::attention::{attend_tile, tile_scores_len, HeadView, KvRows, PagedKv};
 use crate::matmul::{matmul, WeightMatrix};
 use crate::quant::{quantize_row, repack::repack_x8, GgmlType};
 use crate::threads::{par_chunks, Threads};
@@ -258,8 +258,8 @@ pub fn attention_rate(
         .collect();
     let table: Vec<u32> = (0..blocks as u32).collect();
     let kv = PagedKv {
-        k: &cache,
-        v: &cache,
+        k: KvRows::F16(&cache),
+        v: KvRows::F16(&cache),
         block_size: BLOCK,
         n_kv_heads,
         head_dim: hd,

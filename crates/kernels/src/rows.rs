@@ -113,22 +113,89 @@ pub type QuantizeRow = fn(x: &[f32], out: &mut [u8]);
 /// f32 dot product of an f16 (or bf16) row (little-endian bytes) with an f32 row.
 pub type F16Dot = fn(w: &[u8], x: &[f32]) -> f32;
 
+/// How the KV cache stores each row (one token's values of one KV head):
+/// f16 (llama.cpp's default), or ggml's Q8_0 / Q4_0 blocks of 32 values
+/// (`--cache-type-k/v q8_0|q4_0` there), half and a bit over a quarter of
+/// f16's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KvType {
+    #[default]
+    F16,
+    Q8_0,
+    Q4_0,
+}
+
+impl KvType {
+    pub const ALL: [KvType; 3] = [KvType::F16, KvType::Q8_0, KvType::Q4_0];
+
+    /// The name `--kv-type` takes (llama.cpp's).
+    pub fn name(self) -> &'static str {
+        match self {
+            KvType::F16 => "f16",
+            KvType::Q8_0 => "q8_0",
+            KvType::Q4_0 => "q4_0",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<KvType> {
+        KvType::ALL.into_iter().find(|t| t.name() == s)
+    }
+
+    /// The weight type whose blocks a quantized row is made of.
+    pub fn ggml(self) -> GgmlType {
+        match self {
+            KvType::F16 => GgmlType::F16,
+            KvType::Q8_0 => GgmlType::Q8_0,
+            KvType::Q4_0 => GgmlType::Q4_0,
+        }
+    }
+
+    /// Whether rows of `head_dim` values can be stored (whole blocks).
+    pub fn fits(self, head_dim: usize) -> bool {
+        head_dim.is_multiple_of(self.ggml().block_size())
+    }
+
+    /// Bytes of one row of `head_dim` values (which [`Self::fits`]).
+    pub fn row_bytes(self, head_dim: usize) -> usize {
+        head_dim / self.ggml().block_size() * self.ggml().block_bytes()
+    }
+}
+
+/// One layer's K or V rows, `[block][slot in block][kv_head]` rows of
+/// `head_dim` values each, in the cache's [`KvType`].
+#[derive(Debug, Clone, Copy)]
+pub enum KvRows<'a> {
+    F16(&'a [f16]),
+    /// Whole blocks of the type, bytes.
+    Quant(KvType, &'a [u8]),
+}
+
+impl<'a> KvRows<'a> {
+    pub fn ty(&self) -> KvType {
+        match self {
+            KvRows::F16(_) => KvType::F16,
+            KvRows::Quant(t, _) => *t,
+        }
+    }
+}
+
 /// One layer's K and V block pools and their geometry.
 #[derive(Debug, Clone, Copy)]
 pub struct PagedKv<'a> {
-    pub k: &'a [f16],
-    pub v: &'a [f16],
+    pub k: KvRows<'a>,
+    pub v: KvRows<'a>,
     pub block_size: usize,
     pub n_kv_heads: usize,
     pub head_dim: usize,
 }
 
 impl PagedKv<'_> {
-    /// Offset of token slot `pos` for a sequence with block table `table`.
+    /// Index of the row of KV head `kvh` at position `pos` of a sequence
+    /// with block table `table`.
     #[inline]
-    pub fn slot_offset(&self, table: &[u32], pos: usize) -> usize {
+    pub fn row_index(&self, table: &[u32], pos: usize, kvh: usize) -> usize {
         let slot = table[pos / self.block_size] as usize * self.block_size + pos % self.block_size;
-        slot * self.n_kv_heads * self.head_dim
+        slot * self.n_kv_heads + kvh
     }
 }
 

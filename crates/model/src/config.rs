@@ -122,7 +122,12 @@ impl Default for Scales {
 impl Config {
     /// Bytes of f16 K and V per token across all layers.
     pub fn kv_bytes_per_token(&self) -> usize {
-        2 * self.n_layers * self.kv_dim() * 2
+        self.kv_bytes_per_token_as(hasten_kernels::attention::KvType::F16)
+    }
+
+    /// Bytes of K and V per token across all layers, rows stored as `ty`.
+    pub fn kv_bytes_per_token_as(&self, ty: hasten_kernels::attention::KvType) -> usize {
+        crate::kv::kv_bytes_per_token(self.n_layers, self.n_kv_heads, self.head_dim, ty)
     }
 
     pub fn kv_dim(&self) -> usize {

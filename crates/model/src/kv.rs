@@ -1,14 +1,18 @@
-//! KV cache storage: one pool of fixed-size blocks per layer, f16 values.
+//! KV cache storage: one pool of fixed-size blocks per layer, each row
+//! (one token's values of one KV head) f16 or quantized to Q8_0 / Q4_0
+//! blocks ([`KvType`], `--kv-type`).
 //!
 //! This module owns only the memory. Which blocks belong to which sequence
 //! (allocation, sharing, eviction) is the engine's business; the forward
 //! pass receives each sequence's block table.
 //!
-//! Layout of each of K and V: `[layer][block][slot in block][kv_head][head_dim]`.
+//! Layout of each of K and V: `[layer][block][slot in block][kv_head]`
+//! rows of `head_dim` values.
 
 use crate::config::Config;
+use crate::{Error, Result};
 use half::f16;
-use hasten_kernels::attention::PagedKv;
+use hasten_kernels::attention::{KvRows, KvType, PagedKv};
 
 #[derive(Debug)]
 pub struct KvCache {
@@ -17,8 +21,16 @@ pub struct KvCache {
     pub block_size: usize,
     pub n_kv_heads: usize,
     pub head_dim: usize,
-    k: Vec<f16>,
-    v: Vec<f16>,
+    pub ty: KvType,
+    k: Store,
+    v: Store,
+}
+
+/// The rows of every layer: f16 values or quantized blocks' bytes.
+#[derive(Debug)]
+enum Store {
+    F16(Vec<f16>),
+    Quant(Vec<u8>),
 }
 
 /// `n` zero halves from a zeroed allocation: the OS maps the pages lazily,
@@ -29,45 +41,75 @@ fn zeroed(n: usize) -> Vec<f16> {
     f16::new_vec_zeroed(n).unwrap_or_else(|_| vec![f16::ZERO; n])
 }
 
+/// `n` zero bytes, as lazily as [`zeroed`] (`vec![0u8; n]` asks the
+/// allocator for zeroed pages).
+fn zeroed_bytes(n: usize) -> Vec<u8> {
+    vec![0u8; n]
+}
+
 impl KvCache {
-    /// Allocates `n_blocks` blocks of `block_size` tokens for every layer.
+    /// Allocates `n_blocks` blocks of `block_size` tokens for every layer, f16.
     pub fn new(config: &Config, n_blocks: usize, block_size: usize) -> Self {
-        let per_layer = n_blocks * block_size * config.kv_dim();
-        KvCache {
+        Self::with_type(config, n_blocks, block_size, KvType::F16)
+            .expect("f16 rows fit every head dimension")
+    }
+
+    /// As [`Self::new`], rows stored as `ty`; an error when the model's
+    /// head dimension is not a whole number of `ty`'s blocks.
+    pub fn with_type(
+        config: &Config,
+        n_blocks: usize,
+        block_size: usize,
+        ty: KvType,
+    ) -> Result<Self> {
+        check_kv_type(config, ty)?;
+        let rows = n_blocks * block_size * config.n_kv_heads * config.n_layers;
+        let store = || match ty {
+            KvType::F16 => Store::F16(zeroed(rows * config.head_dim)),
+            _ => Store::Quant(zeroed_bytes(rows * ty.row_bytes(config.head_dim))),
+        };
+        Ok(KvCache {
             n_layers: config.n_layers,
             n_blocks,
             block_size,
             n_kv_heads: config.n_kv_heads,
             head_dim: config.head_dim,
-            k: zeroed(per_layer * config.n_layers),
-            v: zeroed(per_layer * config.n_layers),
-        }
+            ty,
+            k: store(),
+            v: store(),
+        })
     }
 
     /// Bytes of K and V for one token across all layers.
     pub fn bytes_per_token(&self) -> usize {
-        2 * self.n_layers * self.kv_dim() * std::mem::size_of::<f16>()
+        kv_bytes_per_token(self.n_layers, self.n_kv_heads, self.head_dim, self.ty)
     }
 
     pub fn capacity_tokens(&self) -> usize {
         self.n_blocks * self.block_size
     }
 
-    fn kv_dim(&self) -> usize {
-        self.n_kv_heads * self.head_dim
+    /// Rows of one layer.
+    fn layer_rows(&self) -> usize {
+        self.n_blocks * self.block_size * self.n_kv_heads
     }
 
-    fn layer_range(&self, layer: usize) -> std::ops::Range<usize> {
-        let per_layer = self.n_blocks * self.block_size * self.kv_dim();
-        layer * per_layer..(layer + 1) * per_layer
+    fn rows<'a>(&self, s: &'a Store, layer: usize) -> KvRows<'a> {
+        let r = layer * self.layer_rows()..(layer + 1) * self.layer_rows();
+        match s {
+            Store::F16(v) => KvRows::F16(&v[r.start * self.head_dim..r.end * self.head_dim]),
+            Store::Quant(b) => {
+                let rb = self.ty.row_bytes(self.head_dim);
+                KvRows::Quant(self.ty, &b[r.start * rb..r.end * rb])
+            }
+        }
     }
 
     /// A read view of one layer for the attention kernel.
     pub fn layer(&self, layer: usize) -> PagedKv<'_> {
-        let r = self.layer_range(layer);
         PagedKv {
-            k: &self.k[r.clone()],
-            v: &self.v[r],
+            k: self.rows(&self.k, layer),
+            v: self.rows(&self.v, layer),
             block_size: self.block_size,
             n_kv_heads: self.n_kv_heads,
             head_dim: self.head_dim,
@@ -76,14 +118,58 @@ impl KvCache {
 
     /// Stores one token's K and V (f32, `kv_dim` each) at `slot` of `layer`.
     pub fn store(&mut self, layer: usize, slot: usize, k: &[f32], v: &[f32]) {
-        let kv_dim = self.kv_dim();
-        let base = self.layer_range(layer).start + slot * kv_dim;
-        for (d, s) in self.k[base..base + kv_dim].iter_mut().zip(k) {
-            *d = f16::from_f32(*s);
+        let (hd, ty) = (self.head_dim, self.ty);
+        let first = layer * self.layer_rows() + slot * self.n_kv_heads;
+        let n = self.n_kv_heads;
+        for (s, src) in [(&mut self.k, k), (&mut self.v, v)] {
+            match s {
+                Store::F16(d) => {
+                    for (d, x) in d[first * hd..(first + n) * hd].iter_mut().zip(src) {
+                        *d = f16::from_f32(*x);
+                    }
+                }
+                Store::Quant(b) => {
+                    let rb = ty.row_bytes(hd);
+                    let dst = &mut b[first * rb..(first + n) * rb];
+                    for (d, x) in dst.chunks_exact_mut(rb).zip(src.chunks_exact(hd)) {
+                        quantize_row(ty, x, d);
+                    }
+                }
+            }
         }
-        for (d, s) in self.v[base..base + kv_dim].iter_mut().zip(v) {
-            *d = f16::from_f32(*s);
-        }
+    }
+}
+
+/// One row of `ty`'s blocks, as ggml's reference quantizers write them.
+fn quantize_row(ty: KvType, src: &[f32], dst: &mut [u8]) {
+    // Lengths are whole blocks by construction (`check_kv_type`).
+    let _ = hasten_kernels::quant::quantize_row(ty.ggml(), src, dst);
+}
+
+/// Bytes of K and V per token across all layers, rows stored as `ty`.
+pub fn kv_bytes_per_token(
+    n_layers: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+    ty: KvType,
+) -> usize {
+    2 * n_layers * n_kv_heads * ty.row_bytes(head_dim)
+}
+
+/// Whether `config`'s heads can be cached as `ty`: a clear error if not.
+pub fn check_kv_type(config: &Config, ty: KvType) -> Result<()> {
+    if ty.fits(config.head_dim) {
+        Ok(())
+    } else {
+        Err(Error::Config {
+            file: "--kv-type".into(),
+            what: format!(
+                "a {} KV cache needs a head dimension that is a multiple of {}; this model's is {}",
+                ty.name(),
+                ty.ggml().block_size(),
+                config.head_dim
+            ),
+        })
     }
 }
 

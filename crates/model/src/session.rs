@@ -38,6 +38,19 @@ impl<'m> Session<'m> {
         }
     }
 
+    /// As [`Self::new`], the KV cache storing rows as `ty`; an error when
+    /// the model's head dimension does not fit the type's blocks.
+    pub fn with_kv_type(
+        model: &'m Model,
+        max_tokens: usize,
+        threads: Threads,
+        ty: hasten_kernels::attention::KvType,
+    ) -> Result<Self> {
+        let mut s = Self::new(model, max_tokens, threads);
+        s.kv = KvCache::with_type(&model.config, s.table.len(), BLOCK_SIZE, ty)?;
+        Ok(s)
+    }
+
     /// Positions filled so far.
     pub fn position(&self) -> usize {
         self.pos

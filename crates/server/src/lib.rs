@@ -143,12 +143,14 @@ impl Backend {
             Engine::start(Arc::new(lm.model), tokenizer.clone(), ec).map_err(Error::Engine)?;
         let limits = engine.limits();
         let line = format!(
-            "hasten serve: model {model_id} ({}, {:.1} MB, {layers} layers, context {}) loaded in {:.0} ms; KV cache {} tokens; speculation {}; {} threads, {} kernels",
+            "hasten serve: model {model_id} ({}, {:.1} MB, {layers} layers, context {}) loaded in {:.0} ms; KV cache {} tokens ({}, {} bytes/token); speculation {}; {} threads, {} kernels",
             path.display(),
             lm.file_bytes as f64 / 1e6,
             limits.context_length,
             t0.elapsed().as_secs_f64() * 1e3,
             limits.kv_tokens,
+            limits.kv_type.name(),
+            limits.kv_bytes_per_token,
             match (limits.speculates, draft) {
                 (false, _) => "off".to_string(),
                 (true, None) => "ngram".to_string(),

@@ -809,6 +809,8 @@ mod tests {
             kv_tokens: 80,
             speculates,
             draft_model,
+            kv_type: hasten_kernels::attention::KvType::F16,
+            kv_bytes_per_token: 0,
         };
         let ex = |j: &str| -> Extra { serde_json::from_str(j).unwrap() };
         let ok = |j, l| speculate(&mut ex(j), &l).unwrap();
@@ -939,6 +941,8 @@ mod tests {
             kv_tokens: 80,
             speculates: false,
             draft_model: false,
+            kv_type: hasten_kernels::attention::KvType::F16,
+            kv_bytes_per_token: 0,
         };
         let sl = ServerLimits {
             max_prompt_tokens: None,

@@ -113,6 +113,16 @@ fn engine(out: &mut String, m: &Metrics) {
             m.kv_blocks_total,
         ),
         (
+            "hasten_kv_bytes_per_token",
+            "KV cache bytes per token (K and V of every layer, in the cache's --kv-type).",
+            m.kv_bytes_per_token,
+        ),
+        (
+            "hasten_kv_capacity_tokens",
+            "Tokens the KV cache holds.",
+            m.kv_capacity_tokens,
+        ),
+        (
             "hasten_kv_blocks_used",
             "KV blocks held by sequences.",
             m.kv_blocks_used,

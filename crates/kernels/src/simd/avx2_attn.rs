@@ -15,7 +15,7 @@
 #![allow(unsafe_code)]
 
 use crate::attention::{attend_tile_reference, tile_scores_len};
-use crate::rows::HeadView;
+use crate::rows::{HeadView, KvRows, KvType};
 use std::arch::x86_64::*;
 
 /// Widest head handled here (others take the reference).
@@ -129,12 +129,12 @@ fn checked(
 }
 
 /// Widens up to [`ROWS`] cache rows starting at position `p0` of `cache`
-/// (K or V) into `block`, zeroing the rows past `n_rows`.
+/// (K or V, f16 or quantized) into `block`, zeroing the rows past `n_rows`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn widen_block(
     view: &HeadView<'_>,
-    cache: &[half::f16],
+    cache: KvRows<'_>,
     p0: usize,
     n_rows: usize,
     block: &mut [f32; ROWS * MAX_HEAD_DIM],
@@ -146,13 +146,62 @@ fn widen_block(
             dst.fill(0.0);
             continue;
         }
-        let off = view.kv.slot_offset(view.table, p0 + j) + view.kvh * hd;
-        let src = &cache[off..off + hd];
-        for (d, s) in dst.chunks_exact_mut(8).zip(src.chunks_exact(8)) {
-            // SAFETY: `s` holds 8 halfs (16 bytes) and `d` 8 floats.
-            unsafe {
-                let v = _mm256_cvtph_ps(_mm_loadu_si128(s.as_ptr() as *const __m128i));
-                _mm256_storeu_ps(d.as_mut_ptr(), v);
+        let i = view.kv.row_index(view.table, p0 + j, view.kvh);
+        match cache {
+            KvRows::F16(c) => {
+                let src = &c[i * hd..(i + 1) * hd];
+                for (d, s) in dst.chunks_exact_mut(8).zip(src.chunks_exact(8)) {
+                    // SAFETY: `s` holds 8 halfs (16 bytes) and `d` 8 floats.
+                    unsafe {
+                        let v = _mm256_cvtph_ps(_mm_loadu_si128(s.as_ptr() as *const __m128i));
+                        _mm256_storeu_ps(d.as_mut_ptr(), v);
+                    }
+                }
+            }
+            KvRows::Quant(ty @ (KvType::Q8_0 | KvType::Q4_0), c) => {
+                let rb = ty.row_bytes(hd);
+                widen_quant(ty, &c[i * rb..(i + 1) * rb], dst);
+            }
+            KvRows::Quant(KvType::F16, _) => crate::attention::widen_row(cache, i, dst),
+        }
+    }
+}
+
+/// One Q8_0 or Q4_0 cache row (`src`, whole blocks of 32) widened into `dst`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn widen_quant(ty: KvType, src: &[u8], dst: &mut [f32]) {
+    let bb = ty.ggml().block_bytes();
+    for (b, d) in src.chunks_exact(bb).zip(dst.chunks_exact_mut(32)) {
+        let scale = _mm256_set1_ps(crate::quant::read_f16(&b[..2]));
+        let dp = d.as_mut_ptr();
+        // SAFETY: `b` is one whole block (34 bytes for Q8_0, 18 for Q4_0),
+        // so every 8-byte load below stays inside it; `d` holds 32 floats.
+        unsafe {
+            let q = b.as_ptr().add(2);
+            match ty {
+                KvType::Q4_0 => {
+                    let (m4, eight) = (_mm256_set1_epi32(0x0f), _mm256_set1_epi32(8));
+                    for h in 0..2 {
+                        let v =
+                            _mm256_cvtepu8_epi32(_mm_loadl_epi64(q.add(8 * h) as *const __m128i));
+                        let lo = _mm256_sub_epi32(_mm256_and_si256(v, m4), eight);
+                        let hi = _mm256_sub_epi32(_mm256_srli_epi32::<4>(v), eight);
+                        let (lo, hi) = (_mm256_cvtepi32_ps(lo), _mm256_cvtepi32_ps(hi));
+                        _mm256_storeu_ps(dp.add(8 * h), _mm256_mul_ps(lo, scale));
+                        _mm256_storeu_ps(dp.add(16 + 8 * h), _mm256_mul_ps(hi, scale));
+                    }
+                }
+                KvType::Q8_0 | KvType::F16 => {
+                    for c in 0..4 {
+                        let v =
+                            _mm256_cvtepi8_epi32(_mm_loadl_epi64(q.add(8 * c) as *const __m128i));
+                        _mm256_storeu_ps(
+                            dp.add(8 * c),
+                            _mm256_mul_ps(_mm256_cvtepi32_ps(v), scale),
+                        );
+                    }
+                }
             }
         }
     }

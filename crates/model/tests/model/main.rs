@@ -297,6 +297,7 @@ fn missing_tensor_and_wrong_shape_are_named() {
     }
 }
 
+mod kv_types;
 mod llama_cpp;
 
 /// A checkpoint directory split in two shards, with tokenizer.json and a
