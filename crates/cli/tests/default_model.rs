@@ -37,3 +37,29 @@ fn serve_with_no_arguments_answers_in_english() {
         words.len()
     );
 }
+
+/// `--kv-type q8_0`: the start-up line and `/metrics` report the type and
+/// its bytes per token (34 bytes per 32 values: 4 layers x 4 heads x 34 x
+/// 2 for K and V = 1088 on the default model, against f16's 2048), the
+/// same MiB hold more tokens, and it still answers.
+#[test]
+fn serve_with_a_q8_0_kv_cache() {
+    let server = Serve::start(&["--kv-type", "q8_0", "--kv-cache-mib", "1"]);
+    server.wait_log(0, "(q8_0, 1088 bytes/token)");
+    // The gauges are published after a step.
+    let req = r#"{"messages": [{"role": "user", "content": "Who made the heaven and the earth?"}], "max_tokens": 8, "temperature": 0}"#;
+    let (status, body) = http(&server.addr, "POST", "/v1/chat/completions", req).unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(server.metric("hasten_kv_bytes_per_token"), 1088.0);
+    // 1 MiB / 1088 bytes = 963 tokens, rounded up to whole 16-token blocks
+    // (f16: 512).
+    assert_eq!(server.metric("hasten_kv_capacity_tokens"), 976.0);
+}
+
+#[test]
+fn an_unknown_kv_type_is_refused_with_the_choices() {
+    let o = common::hasten(&["serve", "--kv-type", "q5_1"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("f16, q8_0 or q4_0"), "{err}");
+}
