@@ -216,14 +216,10 @@ pub struct HeadView<'a> {
     pub softcap: Option<f32>,
     /// Positions `from..until` only, on top of the causal mask and the
     /// window: one piece of a split-context attention
-    /// ([`crate::attention_split`]). `0..usize::MAX` ([`ALL_POSITIONS`])
-    /// for the whole context.
+    /// ([`crate::attention_split`]). `0..usize::MAX` for the whole context.
     pub from: usize,
     pub until: usize,
 }
-
-/// [`HeadView::from`] and [`HeadView::until`] of a view over every position.
-pub const ALL_POSITIONS: (usize, usize) = (0, usize::MAX);
 
 impl HeadView<'_> {
     /// The first position a query with `n_ctx` positions in view sees
