@@ -246,5 +246,11 @@ async fn a_half_close_after_the_request_is_a_disconnect() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let m = live.metrics();
     assert_eq!((m.requests_finished, m.running), (0, 0), "{m:?}");
-    assert_eq!(m.requests_admitted, m.requests_cancelled, "{m:?}");
+    // Cancelled before the engine saw it (0, 0), while it waited in the
+    // engine's queue (0 admitted, 1 cancelled: a CI run caught this), or
+    // after admission (1, 1); never admitted without being cancelled.
+    assert!(
+        m.requests_admitted <= m.requests_cancelled && m.requests_cancelled <= 1,
+        "{m:?}"
+    );
 }
