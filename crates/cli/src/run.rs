@@ -7,7 +7,7 @@
 use anyhow::{bail, Context, Result};
 use hasten_engine::{Engine, EngineConfig, Event, RequestSpec};
 use hasten_model::chat::Message;
-use hasten_model::loader::load;
+use hasten_model::loader::load_with;
 use hasten_model::prompt::{self, Ending};
 use hasten_model::sampler::SamplingParams;
 use std::io::Write;
@@ -93,6 +93,10 @@ pub struct Args {
     /// that bandwidth bound predicts (as `hasten estimate --measure` does).
     #[arg(long)]
     vs_estimate: bool,
+    /// Run the model at this context (tokens), below its trained one
+    /// (llama.cpp's -c; default: the trained context).
+    #[arg(long, short = 'c')]
+    ctx_size: Option<usize>,
     #[command(flatten)]
     speculation: crate::Speculation,
 }
@@ -103,7 +107,7 @@ pub fn main(a: Args) -> Result<()> {
     a.speculation.draft_model()?;
     let t_load = Instant::now();
     let (path, _) = crate::models::resolve(a.model.as_deref())?;
-    let lm = load(&path).context("loading the model")?;
+    let lm = load_with(&path, a.ctx_size).context("loading the model")?;
     let draft = a.speculation.load_draft(&lm.model, &lm.tokenizer)?;
     let load_ms = t_load.elapsed().as_secs_f64() * 1e3;
     let tok = Arc::new(lm.tokenizer);

@@ -113,6 +113,10 @@ pub struct Args {
     /// decodes; a lone prompt is prefilled in chunks of this size).
     #[arg(long, default_value_t = 512)]
     max_batch_tokens: usize,
+    /// Run the model at this context (tokens), below its trained one
+    /// (llama.cpp's -c; default: the trained context).
+    #[arg(long, short = 'c')]
+    ctx_size: Option<usize>,
     #[command(flatten)]
     speculation: crate::Speculation,
 }
@@ -170,7 +174,7 @@ pub fn main(a: Args) -> Result<()> {
         },
     };
     let scheme = if opts.tls.is_some() { "https" } else { "http" };
-    let (model, served) = (a.model.clone(), a.served_model_name.clone());
+    let (model, served, ctx_size) = (a.model.clone(), a.served_model_name.clone(), a.ctx_size);
     let template = match &a.chat_template {
         Some(f) => Some(
             std::fs::read_to_string(f)
@@ -218,6 +222,7 @@ pub fn main(a: Args) -> Result<()> {
                 &engine,
                 template.as_deref(),
                 draft.as_deref(),
+                ctx_size,
             )?;
             // Scripts wait for this line to learn the port (with --port 0);
             // it comes once the model is loaded, so it never precedes a

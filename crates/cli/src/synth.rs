@@ -5,7 +5,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use hasten_kernels::GgmlType;
 use hasten_model::config::Arch;
 use hasten_model::gguf::GgufFile;
-use hasten_model::testing::Fixture;
+use hasten_model::testing::{Fixture, RopeScalingFx};
 use std::path::PathBuf;
 
 /// The default vocabulary, built into the binary so `hasten synth` works in
@@ -49,6 +49,11 @@ pub struct Args {
     /// Context length the model declares (default: the shape's).
     #[arg(long)]
     context: Option<usize>,
+    /// Scale RoPE: `yarn:FACTOR` or `llama3:FACTOR` (the original context
+    /// is the declared one over FACTOR), as long-context models do, e.g.
+    /// `--context 32768 --rope-scaling yarn:4`.
+    #[arg(long, value_name = "KIND:FACTOR")]
+    rope_scaling: Option<String>,
     /// Plant a pattern: each token's successor is a fixed one in a cycle of
     /// LEN tokens, pulled toward with STRENGTH (default 2.0: on the 135m
     /// shape a clean loop; 1.0 strays now and then, 0.5 mostly), so the
@@ -123,6 +128,11 @@ pub fn main(a: Args) -> Result<()> {
     if let Some(c) = a.context {
         anyhow::ensure!(c >= 1, "--context must be at least 1");
         fx.context_length = c;
+    }
+    if let Some(r) = &a.rope_scaling {
+        fx.rope_scaling = Some(RopeScalingFx::parse(r).ok_or_else(|| {
+            anyhow!("--rope-scaling {r:?}: expected yarn:FACTOR or llama3:FACTOR with FACTOR > 1")
+        })?);
     }
     if a.safetensors {
         fx.write_safetensors(&a.output)?;

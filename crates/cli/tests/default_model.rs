@@ -63,3 +63,26 @@ fn an_unknown_kv_type_is_refused_with_the_choices() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("f16, q8_0 or q4_0"), "{err}");
 }
+
+/// `--ctx-size`: the server runs the model at a smaller context (the
+/// start-up line and `/v1/models` say so, and a longer prompt is refused
+/// as vLLM refuses it); above the trained context `hasten run` refuses to
+/// start and names the trained one.
+#[test]
+fn ctx_size_shrinks_the_context_and_refuses_more_than_trained() {
+    let server = Serve::start(&["--ctx-size", "64"]);
+    server.wait_log(0, "context 64)");
+    let (status, models) = http(&server.addr, "GET", "/v1/models", "").unwrap();
+    assert_eq!(status, 200);
+    assert!(models.contains("\"max_model_len\":64"), "{models}");
+    let long = "In the beginning God created the heaven and the earth. ".repeat(10);
+    let req =
+        format!(r#"{{"messages": [{{"role": "user", "content": "{long}"}}], "max_tokens": 4}}"#);
+    let (status, body) = http(&server.addr, "POST", "/v1/chat/completions", &req).unwrap();
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("context_length_exceeded"), "{body}");
+    let o = common::hasten(&["run", "--ctx-size", "100000000", "-p", "hi"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("(the model's trained context)"), "{err}");
+}

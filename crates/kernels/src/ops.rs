@@ -22,6 +22,64 @@ pub enum RopeStyle {
     Neox,
 }
 
+/// YaRN (Qwen2.5/3's and DeepSeek's long-context scaling): each rotated
+/// pair blends the interpolated angle (`freq_scale` times the original)
+/// with the original one, by a ramp over the pairs whose wavelengths fall
+/// between `beta_fast` and `beta_slow` rotations within `orig_context`
+/// positions (ggml's `rope_yarn`, Hugging Face's `_compute_yarn_parameters`).
+/// Pairs that rotate fast keep their original angle, slow ones are fully
+/// interpolated. The attention factor is the caller's (`Rope::with_mscale`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Yarn {
+    /// The context the model was trained at before the extension.
+    pub orig_context: usize,
+    /// Rotations within `orig_context` above which a pair is not interpolated (32).
+    pub beta_fast: f32,
+    /// Rotations below which a pair is fully interpolated (1).
+    pub beta_slow: f32,
+}
+
+impl Yarn {
+    /// The defaults of both references: beta_fast 32, beta_slow 1.
+    pub fn new(orig_context: usize) -> Self {
+        Yarn {
+            orig_context,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+        }
+    }
+
+    /// The pair indices where the ramp starts and ends, `[low, high]`
+    /// (floored and ceiled, clamped to the rotated dimensions).
+    pub fn correction_range(&self, rot_dims: usize, base: f32) -> (f32, f32) {
+        let dim = |rotations: f32| {
+            rot_dims as f32
+                * (self.orig_context as f32 / (rotations * 2.0 * std::f32::consts::PI)).ln()
+                / (2.0 * base.ln())
+        };
+        let low = dim(self.beta_fast).floor().max(0.0);
+        let high = dim(self.beta_slow).ceil().min(rot_dims as f32 - 1.0);
+        (low, high)
+    }
+
+    /// How much of pair `i`'s angle stays the original one (1: all of it,
+    /// 0: fully interpolated).
+    pub fn extrapolation(low: f32, high: f32, i: usize) -> f32 {
+        let y = (i as f32 - low) / (high - low).max(0.001);
+        1.0 - y.clamp(0.0, 1.0)
+    }
+
+    /// The attention factor YaRN's references default to,
+    /// `1 + 0.1 ln(factor)` (1 where the factor is at most 1).
+    pub fn mscale(factor: f32) -> f32 {
+        if factor <= 1.0 {
+            1.0
+        } else {
+            1.0 + 0.1 * factor.ln()
+        }
+    }
+}
+
 /// Precomputed inverse frequencies of RoPE for the rotated dimensions of
 /// a head (all of them, or the first `rot_dims` for partial rotary models
 /// such as Phi-4-mini; the rest pass unchanged).
@@ -47,14 +105,37 @@ impl Rope {
         freq_scale: f32,
         freq_factors: Option<&[f32]>,
     ) -> Self {
+        Self::with_yarn(style, rot_dims, base, freq_scale, freq_factors, None)
+    }
+
+    /// [`Rope::new`] where `yarn` (if any) blends each pair's interpolated
+    /// angle with its original one instead of scaling every pair by
+    /// `freq_scale`. The angle stays linear in the position, so the blend
+    /// folds into the pair's inverse frequency.
+    pub fn with_yarn(
+        style: RopeStyle,
+        rot_dims: usize,
+        base: f32,
+        freq_scale: f32,
+        freq_factors: Option<&[f32]>,
+        yarn: Option<Yarn>,
+    ) -> Self {
         let pairs = rot_dims / 2;
+        let range = yarn.map(|y| y.correction_range(rot_dims, base));
         // ggml: theta_scale = powf(base, -2/n_dims), theta_i = pos * theta_scale^i.
         let theta_scale = base.powf(-2.0 / rot_dims as f32);
         let mut inv_freq = Vec::with_capacity(pairs);
         let mut t = 1.0f32;
         for i in 0..pairs {
             let ff = freq_factors.and_then(|f| f.get(i)).copied().unwrap_or(1.0);
-            inv_freq.push(t / ff * freq_scale);
+            let scale = match range {
+                Some((low, high)) => {
+                    let keep = Yarn::extrapolation(low, high, i);
+                    freq_scale * (1.0 - keep) + keep
+                }
+                None => freq_scale,
+            };
+            inv_freq.push(t / ff * scale);
             t *= theta_scale;
         }
         Rope {
@@ -203,6 +284,59 @@ mod tests {
             assert!((n0 - n1).abs() < 1e-4);
             assert_ne!(x, orig);
         }
+    }
+
+    /// Inverse frequencies from Hugging Face's `_compute_yarn_parameters`
+    /// (computed in Python, float64): head 64, base 1e4, factor 4,
+    /// original context 128; and Qwen3's head 128, base 1e6, factor 4,
+    /// original 32768.
+    #[test]
+    fn yarn_frequencies_match_hugging_face() {
+        type Case = (usize, f32, usize, &'static [(usize, f64)]);
+        let cases: [Case; 2] = [
+            (
+                64,
+                1e4,
+                128,
+                &[
+                    (0, 1.0),
+                    (1, 0.698765058696152),
+                    (3, 0.3354404004545541),
+                    (5, 0.15629508514588183),
+                    (8, 0.045454545454545456),
+                    (12, 0.007905694150420948),
+                    (31, 3.33380358040831e-05),
+                ],
+            ),
+            (
+                128,
+                1e6,
+                32768,
+                &[
+                    (0, 1.0),
+                    (10, 0.1154781984689458),
+                    (30, 0.0010643609812470017),
+                    (40, 4.445698525097307e-05),
+                    (63, 3.102344401879299e-07),
+                ],
+            ),
+        ];
+        for (dims, base, orig, want) in cases {
+            let rope = Rope::with_yarn(
+                RopeStyle::Neox,
+                dims,
+                base,
+                0.25,
+                None,
+                Some(Yarn::new(orig)),
+            );
+            for &(i, w) in want {
+                let got = rope.inv_freq[i] as f64;
+                assert!((got - w).abs() <= 1e-5 * w, "pair {i}: {got} vs {w}");
+            }
+        }
+        assert_eq!(Yarn::mscale(1.0), 1.0);
+        assert!((Yarn::mscale(4.0) - 1.138_629_4).abs() < 1e-6);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 pub use crate::arch::{Act, Arch, Norms, QkNorm};
 use crate::gguf::GgufHeader;
 use crate::{Error, Result};
-use hasten_kernels::ops::RopeStyle;
+use hasten_kernels::ops::{RopeStyle, Yarn};
 
 /// Resolved hyperparameters of a Llama-family model.
 #[derive(Debug, Clone, PartialEq)]
@@ -35,6 +35,9 @@ pub struct Config {
     /// The context the model was trained at before LongRoPE extended it:
     /// contexts beyond it use the long factors (GGUF files carry both).
     pub rope_orig_context: Option<usize>,
+    /// YaRN scaling (`rope_freq_scale` is then 1/factor, blended per pair;
+    /// `rope_attn_factor` includes YaRN's attention factor).
+    pub rope_yarn: Option<Yarn>,
     pub qkv_bias: bool,
     /// RMSNorm of Q and K before RoPE.
     pub qk_norm: QkNorm,
@@ -187,6 +190,14 @@ impl Config {
         {
             return bad("eps, rope base and rope scale must be positive".into());
         }
+        if let Some(y) = self.rope_yarn {
+            if y.orig_context == 0 || !(y.beta_fast > 0.0 && y.beta_slow > 0.0) {
+                return bad(format!(
+                    "YaRN over an original context of {} (beta {} / {}) is not valid",
+                    y.orig_context, y.beta_fast, y.beta_slow
+                ));
+            }
+        }
         if !self.no_rope.is_empty() && self.no_rope.len() != self.n_layers {
             return bad(format!(
                 "no_rope_layers lists {} layers, the model has {}",
@@ -306,8 +317,25 @@ impl Config {
             .get(&k("rope.scaling.type"))
             .and_then(|v| v.as_str())
             .unwrap_or("none");
+        let factor = opt_f32(h, file, &k("rope.scaling.factor"))?.unwrap_or(1.0);
+        let rope_orig_context = opt_usize(h, file, &k("rope.scaling.original_context_length"))?;
+        let context_length = opt_usize(h, file, &k("context_length"))?.unwrap_or(2048);
+        let rope_yarn = match scaling {
+            "yarn" => Some(Yarn {
+                orig_context: rope_orig_context.unwrap_or(context_length),
+                beta_fast: opt_f32(h, file, &k("rope.scaling.yarn_beta_fast"))?.unwrap_or(32.0),
+                beta_slow: opt_f32(h, file, &k("rope.scaling.yarn_beta_slow"))?.unwrap_or(1.0),
+            }),
+            _ => None,
+        };
+        // LongRoPE's magnitude correction of the rotated dimensions; YaRN's
+        // `1 + 0.1 ln(factor)` on top of it (ggml's rope with ext_factor 1).
+        let mut rope_attn_factor = opt_f32(h, file, &k("rope.scaling.attn_factor"))?.unwrap_or(1.0);
+        if rope_yarn.is_some() {
+            rope_attn_factor *= Yarn::mscale(factor);
+        }
         let rope_freq_scale = match scaling {
-            "linear" => 1.0 / opt_f32(h, file, &k("rope.scaling.factor"))?.unwrap_or(1.0),
+            "linear" | "yarn" => 1.0 / factor,
             // llama3 scaling is carried by the `rope_freqs.weight` tensor.
             _ => 1.0,
         };
@@ -371,15 +399,15 @@ impl Config {
             head_dim,
             ffn_dim,
             norm_eps: opt_f32(h, file, &k("attention.layer_norm_rms_epsilon"))?.unwrap_or(1e-5),
-            context_length: opt_usize(h, file, &k("context_length"))?.unwrap_or(2048),
+            context_length,
             rope_base,
             rope_style: fam.gguf_rope,
             rope_dims: opt_usize(h, file, &k("rope.dimension_count"))?.unwrap_or(head_dim),
             rope_freq_scale,
             rope_freq_factors: None,
-            // LongRoPE's magnitude correction of the rotated dimensions.
-            rope_attn_factor: opt_f32(h, file, &k("rope.scaling.attn_factor"))?.unwrap_or(1.0),
-            rope_orig_context: opt_usize(h, file, &k("rope.scaling.original_context_length"))?,
+            rope_attn_factor,
+            rope_orig_context,
+            rope_yarn,
             qkv_bias: fam.qkv_bias,
             qk_norm: fam.qk_norm,
             norms: fam.norms,

@@ -3,7 +3,7 @@
 
 use crate::config::{every_nth_without_rope, Arch, Config, Moe, Scales, Swa};
 use crate::{Error, Result};
-use hasten_kernels::ops::RopeStyle;
+use hasten_kernels::ops::{RopeStyle, Yarn};
 use serde::Deserialize;
 
 impl Config {
@@ -40,7 +40,7 @@ impl Config {
         let rope_base = c.rope_theta.unwrap_or(10000.0);
         let context_length = c.max_position_embeddings.unwrap_or(2048);
         let mut attn_factor = 1.0f32;
-        let (mut freq_scale, mut factors) = (1.0, None);
+        let (mut freq_scale, mut factors, mut yarn) = (1.0, None, None);
         if let Some(s) = &c.rope_scaling {
             match s.kind.as_deref().or(s.rope_type.as_deref()) {
                 Some("linear") => freq_scale = 1.0 / s.factor.unwrap_or(1.0),
@@ -64,6 +64,30 @@ impl Config {
                     } else {
                         1.0
                     });
+                }
+                Some("yarn") => {
+                    let factor = s.factor.unwrap_or(1.0);
+                    freq_scale = 1.0 / factor;
+                    let orig = s
+                        .original_max_position_embeddings
+                        .map(|v| v as usize)
+                        .or(c.original_max_position_embeddings)
+                        .unwrap_or(context_length);
+                    yarn = Some(Yarn {
+                        orig_context: orig,
+                        beta_fast: s.beta_fast.unwrap_or(32.0),
+                        beta_slow: s.beta_slow.unwrap_or(1.0),
+                    });
+                    // Hugging Face's default: `get_mscale(factor, mscale) /
+                    // get_mscale(factor, mscale_all_dim)` where both are
+                    // given (DeepSeek), else `1 + 0.1 ln(factor)`.
+                    let m = |k: f32| 1.0 + k * (Yarn::mscale(factor) - 1.0);
+                    attn_factor =
+                        s.attention_factor
+                            .unwrap_or(match (s.mscale, s.mscale_all_dim) {
+                                (Some(a), Some(b)) if a > 0.0 && b > 0.0 => m(a) / m(b),
+                                _ => Yarn::mscale(factor),
+                            });
                 }
                 Some("default") | None => {}
                 Some(other) => {
@@ -117,6 +141,7 @@ impl Config {
             rope_freq_factors: factors,
             rope_attn_factor: attn_factor,
             rope_orig_context: None,
+            rope_yarn: yarn,
             qkv_bias: fam.qkv_bias || c.attention_bias.unwrap_or(false),
             qk_norm: fam.qk_norm,
             norms: fam.norms,
@@ -274,6 +299,11 @@ pub struct RopeScaling {
     pub short_factor: Option<Vec<f32>>,
     pub long_factor: Option<Vec<f32>>,
     pub attention_factor: Option<f32>,
+    /// YaRN's ramp (32 and 1 by default) and DeepSeek's attention scales.
+    pub beta_fast: Option<f32>,
+    pub beta_slow: Option<f32>,
+    pub mscale: Option<f32>,
+    pub mscale_all_dim: Option<f32>,
 }
 
 /// Llama 3's frequency factors, as `convert_hf_to_gguf.py` writes them into

@@ -275,14 +275,17 @@ fn load_rope_factors(src: &dyn TensorSource, config: &mut Config, naming: Naming
     Ok(())
 }
 
-/// The global RoPE table and, for sliding-window layers, the local one.
+/// The global RoPE table and, for sliding-window layers, the local one
+/// (without YaRN: the local layers of the families that have both keep
+/// their plain RoPE).
 fn rope_tables(c: &Config) -> Vec<Rope> {
-    let global = Rope::new(
+    let global = Rope::with_yarn(
         c.rope_style,
         c.rope_dims,
         c.rope_base,
         c.rope_freq_scale,
         c.rope_freq_factors.as_deref(),
+        c.rope_yarn,
     )
     .with_mscale(c.rope_attn_factor);
     let local = c.swa.as_ref().map_or_else(

@@ -43,23 +43,50 @@ impl LoadedModel {
 /// Loads the model at `path` (a GGUF file, or a checkpoint directory / a
 /// `.safetensors` file inside one).
 pub fn load(path: &Path) -> Result<LoadedModel> {
+    load_with(path, None)
+}
+
+/// [`load`], run at a context of `ctx_size` tokens instead of the trained
+/// one (`--ctx-size`; at most the trained context: RoPE scaling in the
+/// file already says how far the model reaches). The context decides
+/// which LongRoPE factors apply, as in llama.cpp.
+pub fn load_with(path: &Path, ctx_size: Option<usize>) -> Result<LoadedModel> {
     let meta = std::fs::metadata(path).map_err(|err| Error::Io {
         path: path.to_owned(),
         err,
     })?;
     if meta.is_dir() {
-        return load_hf_dir(path);
+        return load_hf_dir(path, ctx_size);
     }
     if path.extension().is_some_and(|e| e == "safetensors") {
-        return load_hf_dir(path.parent().unwrap_or(Path::new(".")));
+        return load_hf_dir(path.parent().unwrap_or(Path::new(".")), ctx_size);
     }
-    load_gguf(path)
+    load_gguf(path, ctx_size)
 }
 
-fn load_gguf(path: &Path) -> Result<LoadedModel> {
+/// Sets the context to run at, refusing one above the trained context.
+fn run_context(mut config: Config, ctx_size: Option<usize>, file: &str) -> Result<Config> {
+    match ctx_size {
+        None => {}
+        Some(n) if n >= 1 && n <= config.context_length => config.context_length = n,
+        Some(n) => {
+            return Err(Error::Config {
+                file: file.to_owned(),
+                what: format!(
+                    "a context of {n} tokens is outside 1..={} (the model's trained context)",
+                    config.context_length
+                ),
+            })
+        }
+    }
+    Ok(config)
+}
+
+fn load_gguf(path: &Path, ctx_size: Option<usize>) -> Result<LoadedModel> {
     let f = GgufFile::open(path)?;
     let tokenizer = Tokenizer::from_gguf(&f.header, &f.name)?;
     let config = Config::from_gguf(&f.header, &f.name, tokenizer.vocab_size())?;
+    let config = run_context(config, ctx_size, &f.name)?;
     if tokenizer.vocab_size() > config.vocab_size {
         return Err(Error::Config {
             file: f.name.clone(),
@@ -102,13 +129,14 @@ fn piece_text(t: &Tokenizer, id: u32) -> Vec<u8> {
     t.piece(id).into_bytes()
 }
 
-fn load_hf_dir(dir: &Path) -> Result<LoadedModel> {
+fn load_hf_dir(dir: &Path, ctx_size: Option<usize>) -> Result<LoadedModel> {
     let name = dir.display().to_string();
     let config_path = dir.join("config.json");
     let config = Config::from_hf_json(
         &read_text(&config_path)?,
         &config_path.display().to_string(),
     )?;
+    let config = run_context(config, ctx_size, &config_path.display().to_string())?;
     let st = SafetensorsDir::open(dir)?;
     let model = Model::load(&st, config, Naming::HuggingFace)?;
     let tc_path = dir.join("tokenizer_config.json");

@@ -112,19 +112,21 @@ impl Backend {
     ///
     /// A draft model (`draft`: its path) is loaded and checked against the
     /// model and drafts for it ([`EngineOptions::max_draft`] must allow drafts).
+    /// `ctx_size`: the context to run at, if not the trained one.
     pub fn load(
         path: &Path,
         model_id: String,
         opts: &EngineOptions,
         template: Option<&str>,
         draft: Option<&Path>,
+        ctx_size: Option<usize>,
     ) -> Result<Backend> {
         let t0 = std::time::Instant::now();
         let load_err = |err| Error::Load {
             path: path.to_owned(),
             err,
         };
-        let mut lm = hasten_model::loader::load(path).map_err(load_err)?;
+        let mut lm = hasten_model::loader::load_with(path, ctx_size).map_err(load_err)?;
         if let Some(src) = template {
             lm.set_template(src).map_err(load_err)?;
         }

@@ -59,6 +59,38 @@ pub struct Fixture {
     /// LongRoPE (Phi-3): the original context; seeded short and long
     /// factors are written with it.
     pub longrope_orig: Option<usize>,
+    /// YaRN or Llama 3 scaling of RoPE (`hasten synth --rope-scaling`).
+    pub rope_scaling: Option<RopeScalingFx>,
+}
+
+/// How a fixture scales RoPE beyond `context_length / factor` positions
+/// (the original context it claims to have been trained at).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RopeScalingFx {
+    /// YaRN (GGUF: `rope.scaling.type = yarn`; Hugging Face: `rope_type: yarn`).
+    Yarn { factor: f32 },
+    /// Llama 3's frequency factors (GGUF: the `rope_freqs.weight` tensor),
+    /// low and high frequency factors 1 and 4.
+    Llama3 { factor: f32 },
+}
+
+impl RopeScalingFx {
+    /// `yarn:FACTOR` or `llama3:FACTOR` (FACTOR > 1).
+    pub fn parse(s: &str) -> Option<Self> {
+        let (kind, factor) = s.split_once(':')?;
+        let factor: f32 = factor.trim().parse().ok().filter(|&f: &f32| f > 1.0)?;
+        match kind.trim() {
+            "yarn" => Some(RopeScalingFx::Yarn { factor }),
+            "llama3" => Some(RopeScalingFx::Llama3 { factor }),
+            _ => None,
+        }
+    }
+
+    pub fn factor(self) -> f32 {
+        match self {
+            RopeScalingFx::Yarn { factor } | RopeScalingFx::Llama3 { factor } => factor,
+        }
+    }
 }
 
 impl Fixture {
@@ -87,6 +119,7 @@ impl Fixture {
             sliding_window: None,
             rope_dims: None,
             longrope_orig: None,
+            rope_scaling: None,
         }
     }
 
@@ -174,6 +207,27 @@ impl Fixture {
             tied: self.tied || tiny.tied,
             ..self
         }
+    }
+
+    /// The context before `rope_scaling` extended it.
+    pub fn rope_orig_context(&self) -> Option<usize> {
+        let f = self.rope_scaling?.factor();
+        Some(((self.context_length as f32 / f) as usize).max(1))
+    }
+
+    /// The Hugging Face `rope_scaling` object of `rope_scaling`.
+    pub fn hf_rope_scaling(&self) -> Option<serde_json::Value> {
+        let orig = self.rope_orig_context()?;
+        Some(match self.rope_scaling? {
+            RopeScalingFx::Yarn { factor } => serde_json::json!({
+                "rope_type": "yarn", "factor": factor,
+                "original_max_position_embeddings": orig,
+            }),
+            RopeScalingFx::Llama3 { factor } => serde_json::json!({
+                "rope_type": "llama3", "factor": factor, "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0, "original_max_position_embeddings": orig,
+            }),
+        })
     }
 
     /// Dimensions RoPE rotates per head.

@@ -2,7 +2,7 @@
 //! (its names, Q/K rows permuted for `llama`, Gemma's norms with the one
 //! added, quantized to the chosen type), or safetensors + `config.json`.
 
-use super::Fixture;
+use super::{Fixture, RopeScalingFx};
 use crate::config::{Arch, Norms};
 use crate::gguf::{GgufFile, GgufWriter, Value};
 use crate::{Error, Result};
@@ -80,6 +80,19 @@ impl Fixture {
                 u(orig),
             );
         }
+        if let (Some(RopeScalingFx::Yarn { factor }), Some(orig)) =
+            (self.rope_scaling, self.rope_orig_context())
+        {
+            w.kv(
+                &format!("{a}.rope.scaling.type"),
+                Value::String("yarn".into()),
+            )
+            .kv(&format!("{a}.rope.scaling.factor"), Value::F32(factor))
+            .kv(
+                &format!("{a}.rope.scaling.original_context_length"),
+                u(orig),
+            );
+        }
         if self.head_dim * self.n_heads != self.dim {
             w.kv(&format!("{a}.attention.key_length"), u(self.head_dim))
                 .kv(&format!("{a}.attention.value_length"), u(self.head_dim));
@@ -119,6 +132,24 @@ impl Fixture {
                 &[n],
                 GgmlType::F32,
                 encode(GgmlType::F32, &long, n)?,
+            );
+        }
+        if let Some(RopeScalingFx::Llama3 { .. }) = self.rope_scaling {
+            // As convert_hf_to_gguf.py: Llama 3's factors as a tensor.
+            let hf: crate::hf_config::RopeScaling = serde_json::from_value(
+                self.hf_rope_scaling().unwrap_or_default(),
+            )
+            .map_err(|e| Error::Malformed {
+                file: "fixture rope_scaling".into(),
+                what: e.to_string(),
+            })?;
+            let f = crate::hf_config::llama3_freq_factors(self.rot_dims(), self.rope_base, &hf);
+            let n = f.len();
+            w.tensor(
+                "rope_freqs.weight",
+                &[n],
+                GgmlType::F32,
+                encode(GgmlType::F32, &f, n)?,
             );
         }
         for (name, shape, data) in stack_experts(self.hf_weights()) {
@@ -205,6 +236,9 @@ impl Fixture {
             config["rope_scaling"] = serde_json::json!({
                 "type": "longrope", "short_factor": short, "long_factor": long,
             });
+        }
+        if let Some(rs) = self.hf_rope_scaling() {
+            config["rope_scaling"] = rs;
         }
         if self.arch == Arch::SmolLM3 {
             let uses: Vec<u8> = (0..self.n_layers)

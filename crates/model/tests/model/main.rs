@@ -9,7 +9,7 @@ use hasten_model::kv::KvCache;
 use hasten_model::llama::{Model, Naming, Scratch, SeqBatch};
 use hasten_model::safetensors::SafetensorsDir;
 use hasten_model::session::Session;
-use hasten_model::testing::Fixture;
+use hasten_model::testing::{Fixture, RopeScalingFx};
 use std::path::PathBuf;
 
 fn testdata() -> PathBuf {
@@ -47,8 +47,21 @@ const PROMPT: [u32; 9] = [1, 15043, 3186, 29892, 920, 526, 366, 29973, 13];
 
 #[test]
 fn safetensors_and_gguf_give_the_same_logits() {
-    for arch in Arch::ALL {
-        let fx = small(GgmlType::F32, arch);
+    // Every family, and scaled RoPE (YaRN and Llama 3's factors, whose
+    // GGUF and Hugging Face encodings differ: keys vs a tensor vs
+    // `rope_scaling`).
+    let scaled = [
+        (Arch::Llama, "yarn:4"),
+        (Arch::Qwen3, "yarn:8"),
+        (Arch::Llama, "llama3:4"),
+    ]
+    .map(|(arch, s)| Fixture {
+        rope_scaling: RopeScalingFx::parse(s),
+        ..small(GgmlType::F32, arch)
+    });
+    let plain = Arch::ALL.map(|arch| small(GgmlType::F32, arch));
+    for fx in plain.into_iter().chain(scaled) {
+        let arch = (fx.arch, fx.rope_scaling);
         let dir = tempfile::tempdir().unwrap();
         let g = gguf_model(&fx, &dir);
         fx.write_safetensors(dir.path()).unwrap();
