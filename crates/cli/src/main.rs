@@ -100,6 +100,29 @@ pub(crate) fn parse_kv_type(s: &str) -> Result<hasten_kernels::attention::KvType
         .ok_or_else(|| format!("unknown KV type {s:?}: use f16, q8_0 or q4_0"))
 }
 
+/// A byte count: digits with an optional K, M, G or T suffix (powers of 1024).
+pub(crate) fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, shift) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let shift = match c.to_ascii_uppercase() {
+                'K' => 10,
+                'M' => 20,
+                'G' => 30,
+                'T' => 40,
+                _ => return Err(format!("{s:?}: use a number of bytes with K, M, G or T")),
+            };
+            (&t[..i], shift)
+        }
+        _ => (t, 0),
+    };
+    num.trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1 << shift))
+        .ok_or_else(|| format!("{s:?}: use a number of bytes with K, M, G or T"))
+}
+
 pub(crate) fn threads(n: usize) -> anyhow::Result<hasten_kernels::threads::Threads> {
     use hasten_kernels::threads::{init_pool, Threads};
     let t = if n == 0 {

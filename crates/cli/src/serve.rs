@@ -109,6 +109,16 @@ pub struct Args {
     /// Do not reuse the KV of shared prompt prefixes across requests.
     #[arg(long)]
     no_prefix_cache: bool,
+    /// Keep the prefix cache's blocks in this directory too: blocks evicted
+    /// from memory, and all of them at shutdown, are written there and
+    /// found again by later requests and after a restart (one file per
+    /// 16-token block, keyed by the model and the tokens before it).
+    #[arg(long, value_name = "DIR")]
+    prefix_cache_dir: Option<std::path::PathBuf>,
+    /// Size cap of --prefix-cache-dir (bytes; K, M, G suffixes); the least
+    /// recently used blocks go first.
+    #[arg(long, default_value = "4G", value_parser = crate::parse_bytes)]
+    prefix_cache_disk_bytes: u64,
     /// Tokens computed in one engine step at most (prompt chunks plus
     /// decodes; a lone prompt is prefilled in chunks of this size).
     #[arg(long, default_value_t = 512)]
@@ -193,6 +203,13 @@ pub fn main(a: Args) -> Result<()> {
         max_draft: a.speculation.max_draft(),
         draft_model: None,
         kv_type: a.kv_type,
+        prefix_disk: a
+            .prefix_cache_dir
+            .clone()
+            .map(|dir| hasten_engine::disk::DiskCacheConfig {
+                dir,
+                max_bytes: a.prefix_cache_disk_bytes,
+            }),
     };
     let draft = a.speculation.draft_model()?.map(|p| p.to_owned());
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -44,7 +44,14 @@ struct Inner {
     /// Unreferenced published blocks, oldest use first.
     lru: BTreeMap<u64, u32>,
     tick: u64,
+    /// Published blocks `alloc` took back, recorded while a disk tier
+    /// wants to save them (`BlockPool::record_evictions`).
+    evicted: Option<Vec<Evicted>>,
 }
+
+/// A published block `alloc` evicted from the prefix cache: its id (its
+/// rows are intact until the new owner writes them), hash and tokens.
+pub type Evicted = (u32, ChainHash, Vec<u32>);
 
 /// Counts of blocks by state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -125,6 +132,7 @@ impl BlockPool {
                 cached: HashMap::new(),
                 lru: BTreeMap::new(),
                 tick: 0,
+                evicted: None,
             })),
         }
     }
@@ -141,8 +149,11 @@ impl BlockPool {
                 let (_, id) = p.lru.pop_first()?;
                 let e = &mut p.entries[id as usize];
                 e.lru_tick = None;
-                if let Some((h, _)) = e.key.take() {
+                if let Some((h, toks)) = e.key.take() {
                     p.cached.remove(&h);
+                    if let Some(ev) = &mut p.evicted {
+                        ev.push((id, h, toks));
+                    }
                 }
                 id
             }
@@ -152,6 +163,47 @@ impl BlockPool {
             id,
             pool: self.inner.clone(),
         })
+    }
+
+    /// From now on, remember each published block `alloc` evicts, for
+    /// [`Self::take_evicted`].
+    pub fn record_evictions(&self) {
+        self.inner.borrow_mut().evicted.get_or_insert_with(Vec::new);
+    }
+
+    /// The published blocks evicted since the last call (their rows must be
+    /// read before their new owners write them).
+    pub fn take_evicted(&self) -> Vec<Evicted> {
+        self.inner
+            .borrow_mut()
+            .evicted
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// Whether the block `hash` of `tokens` is published (takes no reference).
+    pub fn contains(&self, hash: ChainHash, tokens: &[u32]) -> bool {
+        let p = self.inner.borrow();
+        p.cached.get(&hash).is_some_and(|&id| {
+            p.entries[id as usize]
+                .key
+                .as_ref()
+                .map(|(_, t)| t.as_slice())
+                == Some(tokens)
+        })
+    }
+
+    /// Every published block: id, hash and tokens.
+    pub fn published(&self) -> Vec<Evicted> {
+        let p = self.inner.borrow();
+        p.cached
+            .values()
+            .filter_map(|&id| {
+                let (h, t) = p.entries[id as usize].key.as_ref()?;
+                Some((id, *h, t.clone()))
+            })
+            .collect()
     }
 
     /// Blocks `alloc` could hand out now.

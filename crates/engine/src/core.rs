@@ -74,6 +74,9 @@ pub struct Seq {
     /// Leading positions whose draft-model KV rows are in the cache
     /// (`draft_pass.rs`).
     draft_computed: usize,
+    /// Its prompt's cached blocks are being read from disk: not admitted
+    /// until they are in the pool (`prefix_disk.rs`).
+    loading: bool,
 }
 
 impl Seq {
@@ -108,6 +111,7 @@ impl Seq {
             drafted: 0,
             accepted: 0,
             draft_computed: 0,
+            loading: false,
         }
     }
 
@@ -146,6 +150,9 @@ mod draft_pass;
 
 #[path = "emit.rs"]
 mod emit;
+
+#[path = "prefix_disk.rs"]
+mod prefix_disk;
 use emit::{emit_token, held_text};
 
 pub struct Core {
@@ -180,6 +187,8 @@ pub struct Core {
     draft: Option<draft_pass::DraftModel>,
     /// Time the last step spent in draft-model passes.
     draft_time: Duration,
+    /// The prefix cache's disk tier, if any.
+    disk: Option<crate::disk::DiskTier>,
     model_prior: speculate::ModelPrior,
 }
 
@@ -229,6 +238,7 @@ impl Core {
         };
         Core {
             draft,
+            disk: None,
             draft_time: Duration::ZERO,
             model_prior: speculate::ModelPrior::default(),
             masks: cfg
@@ -257,7 +267,8 @@ impl Core {
         }
     }
 
-    pub fn add(&mut self, seq: Seq) {
+    pub fn add(&mut self, mut seq: Seq) {
+        self.fetch_from_disk(&mut seq);
         self.picked.push(seq.id);
         self.waiting.push_back(seq);
         self.shared
@@ -271,6 +282,12 @@ impl Core {
 
     pub fn is_idle(&self) -> bool {
         self.waiting.is_empty() && self.running.is_empty()
+    }
+
+    /// Whether a step has something to do: a running sequence, or a
+    /// waiting one that is not waiting for its blocks from disk.
+    pub fn has_work(&self) -> bool {
+        !self.running.is_empty() || self.waiting.iter().any(|s| !s.loading)
     }
 
     /// Block pool counts (tests check for leaks with it).
@@ -288,6 +305,9 @@ impl Core {
             self.preempt(self.running.len() - 1);
             plan = self.plan(t0);
         }
+        // Blocks the plan took from the prefix cache go to disk before
+        // their new owners overwrite them.
+        self.spill_evicted();
         let tokens: usize = plan.iter().map(|c| c.len).sum();
         if !plan.is_empty() {
             if let Err(e) = self.run(&plan) {
@@ -442,9 +462,12 @@ impl Core {
             }
         }
         while left > 0 && self.running.len() < self.cfg.max_running {
-            let Some(mut seq) = self.waiting.pop_front() else {
+            // In order, passing over those whose blocks are still on their
+            // way from disk.
+            let Some(at) = self.waiting.iter().position(|s| !s.loading) else {
                 break;
             };
+            let mut seq = self.waiting.remove(at).expect("index in range");
             if seq.computed == 0 && self.cfg.prefix_cache {
                 self.attach_cached_prefix(&mut seq);
             }
@@ -457,7 +480,7 @@ impl Core {
                 seq.blocks.clear();
                 seq.hashes.clear();
                 seq.computed = 0;
-                self.waiting.push_front(seq);
+                self.waiting.insert(at, seq);
                 break;
             }
             let s = &mut self.running[i];
@@ -761,6 +784,7 @@ impl Core {
         m.kv_blocks_used = st.used;
         m.kv_blocks_free = st.free;
         m.kv_blocks_cached = st.cached_idle;
+        m.prefix_disk = self.disk.as_ref().map(|d| d.stats());
     }
 }
 

@@ -15,6 +15,7 @@ pub mod blocks;
 pub mod constraint;
 mod core;
 pub mod cost;
+pub mod disk;
 pub mod draft;
 pub mod error;
 mod forecast;
@@ -72,6 +73,8 @@ pub struct EngineConfig {
     pub draft_model: Option<Arc<Model>>,
     /// How KV rows are stored (both models'): f16, Q8_0 or Q4_0.
     pub kv_type: KvType,
+    /// The prefix cache's disk tier, if any (`--prefix-cache-dir`).
+    pub prefix_disk: Option<disk::DiskCacheConfig>,
 }
 
 impl EngineConfig {
@@ -93,6 +96,7 @@ impl EngineConfig {
             drafter: draft::NgramDrafter::default(),
             draft_model: None,
             kv_type: KvType::F16,
+            prefix_disk: None,
             threads,
         }
     }
@@ -135,6 +139,7 @@ impl EngineConfig {
         ec.max_draft = o.max_draft;
         ec.draft_model = o.draft_model.clone();
         ec.kv_type = o.kv_type;
+        ec.prefix_disk = o.prefix_disk.clone();
         ec
     }
 
@@ -164,6 +169,9 @@ impl EngineConfig {
         if self.max_step_tokens < self.max_running {
             return bad("max_step_tokens must be at least max_running");
         }
+        if self.prefix_disk.is_some() && !self.prefix_cache {
+            return bad("a prefix cache directory needs the prefix cache (drop --no-prefix-cache)");
+        }
         Ok(())
     }
 }
@@ -188,6 +196,8 @@ pub struct EngineOptions {
     pub draft_model: Option<Arc<Model>>,
     /// How KV rows are stored (`--kv-type`).
     pub kv_type: KvType,
+    /// Keep evicted prefix-cache blocks on disk (`--prefix-cache-dir`).
+    pub prefix_disk: Option<disk::DiskCacheConfig>,
 }
 
 impl EngineOptions {
@@ -205,6 +215,7 @@ impl EngineOptions {
             max_draft: 0,
             draft_model: None,
             kv_type: KvType::F16,
+            prefix_disk: None,
         }
     }
 }
@@ -236,6 +247,8 @@ struct Pending {
 
 enum Msg {
     Submit(Box<Pending>),
+    /// Blocks the disk tier read for a waiting request.
+    Loaded(disk::Loaded),
     Shutdown,
 }
 
@@ -257,6 +270,8 @@ pub struct Engine {
     /// request with a grammar (a trie over the vocabulary: tens of ms).
     grammars: std::sync::OnceLock<std::result::Result<constraint::Grammars, String>>,
     tokenizer: Arc<Tokenizer>,
+    /// What the prefix cache's disk tier found at start.
+    disk_at_start: Option<disk::DiskStats>,
 }
 
 /// The events of one request, in order, ending with `Finished` or `Failed`.
@@ -325,12 +340,22 @@ impl Engine {
         let (m2, s2, c2) = (metrics.clone(), shared.clone(), cfg.clone());
         let tok2 = tokenizer.clone();
         let seed = blocks::chain_hash(0, &[limits.vocab_size as u32]);
+        let tier = match &cfg.prefix_disk {
+            Some(d) => Some(open_disk_tier(d, &model, &cfg, tx.clone())?),
+            None => None,
+        };
+        let disk_at_start = tier.as_ref().map(disk::DiskTier::stats);
         let thread = std::thread::Builder::new()
             .name("hasten-engine".into())
             .spawn(move || {
                 // The block pool is single-threaded (`Rc`): build the core on its thread.
                 let mut core = core::Core::new(model, tok2, c2, m2, s2, seed);
-                run_loop(&mut core, &rx, &flight)
+                if let Some(t) = tier {
+                    core.attach_disk(t);
+                }
+                run_loop(&mut core, &rx, &flight);
+                // Saves the prefix cache's blocks (if there is a disk tier).
+                core.close();
             })
             .map_err(|e| Error::Config(format!("cannot start the engine thread: {e}")))?;
         Ok(Engine {
@@ -345,7 +370,14 @@ impl Engine {
             promises: Default::default(),
             grammars: Default::default(),
             tokenizer,
+            disk_at_start,
         })
+    }
+
+    /// The prefix cache's disk tier as the engine found it at start
+    /// (block files of this model, bytes, files skipped); `None` without one.
+    pub fn prefix_disk_at_start(&self) -> Option<disk::DiskStats> {
+        self.disk_at_start
     }
 
     pub fn limits(&self) -> Limits {
@@ -523,12 +555,36 @@ impl Drop for Engine {
     }
 }
 
+/// Opens the disk tier of `cfg` for `model`; its loads come back on `tx`.
+fn open_disk_tier(
+    d: &disk::DiskCacheConfig,
+    model: &Model,
+    cfg: &EngineConfig,
+    tx: mpsc::Sender<Msg>,
+) -> Result<disk::DiskTier> {
+    let c = &model.config;
+    let id = disk::Identity {
+        model: model.fingerprint(),
+        kv_type: cfg.kv_type as u8,
+        block_size: cfg.block_size as u32,
+        n_layers: c.n_layers as u32,
+        n_kv_heads: c.n_kv_heads as u32,
+        head_dim: c.head_dim as u32,
+        block_bytes: (cfg.block_size * c.kv_bytes_per_token_as(cfg.kv_type)) as u64,
+    };
+    disk::DiskTier::open(d, id, move |l| {
+        let _ = tx.send(Msg::Loaded(l));
+    })
+    .map_err(|e| Error::Config(format!("prefix cache directory {}: {e}", d.dir.display())))
+}
+
 fn run_loop(core: &mut core::Core, rx: &mpsc::Receiver<Msg>, in_flight: &AtomicUsize) {
     let mut draining = false;
     loop {
-        // Block only when there is nothing to compute.
-        let first = if core.is_idle() {
-            if draining {
+        // Block only when there is nothing to compute (requests waiting
+        // for their blocks from disk wait for the message that brings them).
+        let first = if !core.has_work() {
+            if draining && core.is_idle() {
                 return;
             }
             match rx.recv() {
@@ -547,10 +603,13 @@ fn run_loop(core: &mut core::Core, rx: &mpsc::Receiver<Msg>, in_flight: &AtomicU
                     core.add(core::Seq::new(p.id, p.req, p.tx, p.received));
                     in_flight.fetch_sub(1, Ordering::SeqCst);
                 }
+                Msg::Loaded(l) => core.install(l),
                 Msg::Shutdown => draining = true,
             }
         }
-        core.step();
+        if core.has_work() {
+            core.step();
+        }
     }
 }
 

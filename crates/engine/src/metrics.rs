@@ -98,6 +98,8 @@ pub struct Metrics {
     pub kv_blocks_used: usize,
     pub kv_blocks_free: usize,
     pub kv_blocks_cached: usize,
+    /// The prefix cache's disk tier (`None` without one).
+    pub prefix_disk: Option<crate::disk::DiskStats>,
     /// Current prefill token budget per step (from the ITL target).
     pub step_token_budget: usize,
     // Histograms (seconds unless named otherwise).
@@ -135,6 +137,7 @@ impl Default for Metrics {
             kv_blocks_used: 0,
             kv_blocks_free: 0,
             kv_blocks_cached: 0,
+            prefix_disk: None,
             step_token_budget: 0,
             queue_time: Histogram::latency(),
             ttft: Histogram::latency(),

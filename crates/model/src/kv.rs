@@ -140,6 +140,78 @@ impl KvCache {
     }
 }
 
+impl KvCache {
+    /// Bytes of one block's K and V across all layers: what
+    /// [`Self::read_block`] gives and [`Self::write_block`] takes.
+    pub fn block_bytes(&self) -> usize {
+        self.block_size * self.bytes_per_token()
+    }
+
+    /// The byte ranges of `block`'s rows in each layer of one store.
+    fn block_ranges(&self, block: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
+        let rows = self.block_size * self.n_kv_heads;
+        let row_bytes = self.ty.row_bytes(self.head_dim);
+        let (layer_rows, n) = (self.layer_rows(), self.n_layers);
+        (0..n).map(move |l| {
+            let first = (l * layer_rows + block * rows) * row_bytes;
+            first..first + rows * row_bytes
+        })
+    }
+
+    /// Appends `block`'s K and V rows of every layer to `out`, as bytes
+    /// (layer by layer, K then V; f16 little-endian).
+    pub fn read_block(&self, block: usize, out: &mut Vec<u8>) {
+        for r in self.block_ranges(block) {
+            for s in [&self.k, &self.v] {
+                match s {
+                    Store::F16(v) => out.extend(
+                        v[r.start / 2..r.end / 2]
+                            .iter()
+                            .flat_map(|x| x.to_bits().to_le_bytes()),
+                    ),
+                    Store::Quant(b) => out.extend_from_slice(&b[r.clone()]),
+                }
+            }
+        }
+    }
+
+    /// Overwrites `block`'s rows with `data` from [`Self::read_block`] of a
+    /// cache of the same shape and type; an error if the length differs.
+    pub fn write_block(&mut self, block: usize, data: &[u8]) -> Result<()> {
+        if data.len() != self.block_bytes() || block >= self.n_blocks {
+            return Err(Error::Config {
+                file: "KV block".into(),
+                what: format!(
+                    "{} bytes for block {block} of {}; a block holds {}",
+                    data.len(),
+                    self.n_blocks,
+                    self.block_bytes()
+                ),
+            });
+        }
+        let ranges: Vec<_> = self.block_ranges(block).collect();
+        let mut src = data;
+        for r in ranges {
+            for s in [&mut self.k, &mut self.v] {
+                let (now, rest) = src.split_at(r.len());
+                match s {
+                    Store::F16(v) => {
+                        for (d, b) in v[r.start / 2..r.end / 2]
+                            .iter_mut()
+                            .zip(now.chunks_exact(2))
+                        {
+                            *d = f16::from_bits(u16::from_le_bytes([b[0], b[1]]));
+                        }
+                    }
+                    Store::Quant(b) => b[r.clone()].copy_from_slice(now),
+                }
+                src = rest;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// One row of `ty`'s blocks, as ggml's reference quantizers write them.
 fn quantize_row(ty: KvType, src: &[f32], dst: &mut [u8]) {
     // Lengths are whole blocks by construction (`check_kv_type`).

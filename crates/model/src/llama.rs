@@ -446,6 +446,34 @@ impl Model {
         })
     }
 
+    /// A stable identity of this model's weights and configuration, for
+    /// keying what is derived from them on disk (the prefix cache's disk
+    /// tier): a hash of the configuration, the final norm and samples of
+    /// the embedding and of every layer's attention output matrix. The same
+    /// file gives the same value across runs; another model, a fine-tune or
+    /// another quantization gives another.
+    pub fn fingerprint(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        format!("{:?}", self.config).hash(&mut h);
+        for w in &self.norm {
+            w.to_bits().hash(&mut h);
+        }
+        let sample = |h: &mut std::collections::hash_map::DefaultHasher, t: &Tensor| {
+            let d = t.data();
+            let n = d.len().min(4096);
+            let mid = d.len() / 2 - (d.len() / 2).min(n / 2);
+            d[..n].hash(h);
+            d[mid..mid + n.min(d.len() - mid)].hash(h);
+            d[d.len() - n..].hash(h);
+        };
+        sample(&mut h, &self.embed);
+        for l in &self.layers {
+            sample(&mut h, &l.wo);
+        }
+        h.finish()
+    }
+
     /// Bytes of weights one token's forward pass reads (every matrix once;
     /// of a mixture, the router and `top_k` experts).
     pub fn weight_bytes(&self) -> usize {

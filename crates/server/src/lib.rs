@@ -144,8 +144,18 @@ impl Backend {
         let engine =
             Engine::start(Arc::new(lm.model), tokenizer.clone(), ec).map_err(Error::Engine)?;
         let limits = engine.limits();
+        let disk = match (&opts.prefix_disk, engine.prefix_disk_at_start()) {
+            (Some(d), Some(st)) => format!(
+                "; prefix cache on disk {} ({} blocks, {:.1} MB found; {} files skipped)",
+                d.dir.display(),
+                st.files,
+                st.bytes as f64 / 1e6,
+                st.rejected
+            ),
+            _ => String::new(),
+        };
         let line = format!(
-            "hasten serve: model {model_id} ({}, {:.1} MB, {layers} layers, context {}) loaded in {:.0} ms; KV cache {} tokens ({}, {} bytes/token); speculation {}; {} threads, {} kernels",
+            "hasten serve: model {model_id} ({}, {:.1} MB, {layers} layers, context {}) loaded in {:.0} ms; KV cache {} tokens ({}, {} bytes/token){disk}; speculation {}; {} threads, {} kernels",
             path.display(),
             lm.file_bytes as f64 / 1e6,
             limits.context_length,

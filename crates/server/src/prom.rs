@@ -146,6 +146,42 @@ fn engine(out: &mut String, m: &Metrics) {
     for (name, help, v) in gauges {
         scalar(out, name, "gauge", help, v as f64);
     }
+    if let Some(d) = m.prefix_disk {
+        for (name, kind, help, v) in [
+            (
+                "hasten_prefix_disk_files",
+                "gauge",
+                "KV blocks the prefix cache keeps on disk (--prefix-cache-dir).",
+                d.files as u64,
+            ),
+            (
+                "hasten_prefix_disk_bytes",
+                "gauge",
+                "Bytes of the prefix cache's block files.",
+                d.bytes,
+            ),
+            (
+                "hasten_prefix_disk_written_blocks_total",
+                "counter",
+                "KV blocks written to disk (evicted from memory, or at shutdown).",
+                d.written,
+            ),
+            (
+                "hasten_prefix_disk_loaded_blocks_total",
+                "counter",
+                "KV blocks read back from disk for a prompt.",
+                d.loaded,
+            ),
+            (
+                "hasten_prefix_disk_rejected_files_total",
+                "counter",
+                "Block files skipped: another model's, truncated or altered.",
+                d.rejected,
+            ),
+        ] {
+            scalar(out, name, kind, help, v as f64);
+        }
+    }
     let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
     scalar(
         out,

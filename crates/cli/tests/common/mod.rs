@@ -171,6 +171,21 @@ impl Serve {
             .unwrap_or_else(|| panic!("no {field} in /proc/PID/status"))
     }
 
+    /// Waits (up to `within`) for the server to exit; its exit status.
+    pub fn wait_exit(&mut self, within: Duration) -> std::process::ExitStatus {
+        let t0 = Instant::now();
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st;
+            }
+            assert!(
+                t0.elapsed() < within,
+                "the server did not exit within {within:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Sends `signal` (as `kill -SIGNAL` names it) to the server.
     pub fn signal(&self, signal: &str) {
         let ok = Command::new("kill")
