@@ -114,6 +114,31 @@ pub struct Hardware {
     /// (softmax and f16 cache widening make it slower on CPUs); `None`
     /// counts attention at `tflops`.
     pub attention_tflops: Option<f64>,
+    /// Decode attention's rate (one query token per sequence over the
+    /// cached context), where measured; `None` uses `attention_tflops`.
+    pub decode_attention_tflops: Option<f64>,
+    /// The last-level cache and its read bandwidth: a decode step whose
+    /// weights and KV fit in it (three quarters of it, to leave room for
+    /// the rest) streams them at this rate, not at `bandwidth_gbs`.
+    pub llc_bytes: Option<f64>,
+    pub llc_bandwidth_gbs: Option<f64>,
+    /// Time every step spends apart from its bytes and FLOPs: starting
+    /// and joining the thread pool's regions, norms, sampling (measured).
+    pub step_fixed_s: f64,
+    /// A CPU runs a step's parts one after another (matmuls stream the
+    /// weights, then attention computes over the cache): a decode step is
+    /// the sum of their times, not the larger (a GPU's roofline).
+    pub serial_phases: bool,
+}
+
+impl Hardware {
+    /// The rate a step that reads `working_set` bytes streams them at.
+    pub fn stream_gbs(&self, working_set: f64) -> f64 {
+        match (self.llc_bytes, self.llc_bandwidth_gbs) {
+            (Some(llc), Some(bw)) if working_set <= 0.75 * llc => bw.max(self.bandwidth_gbs),
+            _ => self.bandwidth_gbs,
+        }
+    }
 }
 
 /// What is asked of the model.
@@ -146,6 +171,10 @@ pub struct Phase {
     pub memory_s: f64,
     pub compute_s: f64,
     pub bound: Bound,
+    /// On hardware that runs a step's parts one after another
+    /// ([`Hardware::serial_phases`]): the sum of each part's bound plus the
+    /// fixed cost, which is then the phase's time.
+    pub serial_s: Option<f64>,
 }
 
 impl Phase {
@@ -165,11 +194,13 @@ impl Phase {
             } else {
                 Bound::Compute
             },
+            serial_s: None,
         }
     }
 
     pub fn seconds(&self) -> f64 {
-        self.memory_s.max(self.compute_s)
+        self.serial_s
+            .unwrap_or_else(|| self.memory_s.max(self.compute_s))
     }
 }
 
@@ -221,10 +252,38 @@ struct Step<'a> {
 impl Step<'_> {
     /// One decode step of `batch` sequences at context `ctx`.
     fn at(&self, ctx: f64) -> Phase {
-        let bytes = self.w_read + self.batch * ctx * self.kv_tok;
+        let kv = self.batch * ctx * self.kv_tok;
+        let bytes = self.w_read + kv;
         let matmul = self.batch * 2.0 * self.m.active_params() as f64;
         let attention = self.batch * attention_flops(self.m, ctx);
-        Phase::new(bytes, matmul, attention, self.rate, self.hw)
+        let hw = self.hw;
+        if !hw.serial_phases {
+            return Phase::new(bytes, matmul, attention, self.rate, hw);
+        }
+        // One phase after another: the matmuls (weights streamed, or their
+        // FLOPs), then attention (the cache streamed, or its FLOPs), then
+        // the step's fixed cost. The larger side of each is its bound.
+        let gbs = hw.stream_gbs(bytes) * 1e9;
+        let attn_rate = hw
+            .decode_attention_tflops
+            .or(hw.attention_tflops)
+            .unwrap_or(hw.tflops)
+            * 1e12;
+        let (w_mem, w_comp) = (self.w_read / gbs, matmul / (self.rate * 1e12));
+        let (a_mem, a_comp) = (kv / gbs, attention / attn_rate);
+        Phase {
+            bytes,
+            flops: matmul + attention,
+            attention_flops: attention,
+            memory_s: w_mem + a_mem,
+            compute_s: w_comp + a_comp,
+            bound: if w_mem + a_mem >= w_comp + a_comp {
+                Bound::Memory
+            } else {
+                Bound::Compute
+            },
+            serial_s: Some(w_mem.max(w_comp) + a_mem.max(a_comp) + hw.step_fixed_s),
+        }
     }
 }
 
@@ -394,6 +453,56 @@ mod tests {
         // Mixtral uses 2 of 8 experts: about 12.9B active.
         let a = model("mixtral-8x7b").unwrap().active_params() as f64;
         assert!((a / 12.9e9 - 1.0).abs() < 0.02, "{a:e}");
+    }
+
+    /// On a CPU (`serial_phases`) a decode step is the weights' time plus
+    /// attention's plus the fixed cost, and a model that fits in the
+    /// last-level cache streams at its bandwidth.
+    #[test]
+    fn a_cpu_step_adds_its_parts_and_a_cached_model_streams_faster() {
+        let m = model("smollm2-135m").unwrap();
+        let q4 = dtype("q4_0").unwrap();
+        let f16 = dtype("f16").unwrap();
+        let cpu = Hardware {
+            name: "cpu".into(),
+            memory_gb: 24.0,
+            bandwidth_gbs: 20.0,
+            tflops: 0.5,
+            int8_tops: None,
+            attention_tflops: Some(0.02),
+            decode_attention_tflops: Some(0.03),
+            llc_bytes: None,
+            llc_bandwidth_gbs: None,
+            step_fixed_s: 0.5e-3,
+            serial_phases: true,
+        };
+        let w = Workload {
+            prompt_tokens: 4096,
+            output_tokens: 2,
+            batch: 1,
+            cached_tokens: 0,
+            rtt_ms: 0.0,
+        };
+        let e = estimate(&m, &q4, &f16, &cpu, &w);
+        let ctx = 4097.0;
+        let weights = e.weight_bytes_read / 20e9;
+        let attn = (ctx * e.kv_bytes_per_token / 20e9).max(attention_flops(&m, ctx) / 0.03e12);
+        let want = weights + attn + 0.5e-3;
+        assert!((e.tpot_s / want - 1.0).abs() < 1e-9, "{} vs {want}", e.tpot_s);
+        // A 260 MiB cache at 60 GB/s holds this model and its KV.
+        let big = Hardware {
+            llc_bytes: Some(260.0 * MIB),
+            llc_bandwidth_gbs: Some(60.0),
+            ..cpu.clone()
+        };
+        let fast = estimate(&m, &q4, &f16, &big, &w);
+        assert!(fast.tpot_s < e.tpot_s - 0.9 * (weights - weights / 3.0));
+        // A 32 MiB cache does not hold them: DRAM speed again.
+        let small = Hardware {
+            llc_bytes: Some(32.0 * MIB),
+            ..big
+        };
+        assert_eq!(estimate(&m, &q4, &f16, &small, &w).tpot_s, e.tpot_s);
     }
 
     #[test]

@@ -246,5 +246,10 @@ pub fn hardware(name: &str) -> Option<Hardware> {
         tflops,
         int8_tops,
         attention_tflops: None,
+        decode_attention_tflops: None,
+        llc_bytes: None,
+        llc_bandwidth_gbs: None,
+        step_fixed_s: 0.0,
+        serial_phases: false,
     })
 }

@@ -313,6 +313,96 @@ pub fn attention_rate(
     4.0 * (n_kv_heads * group * hd) as f64 * positions / mid
 }
 
+/// Seconds one parallel region takes when its work is nothing: the pool's
+/// hand-off and join, what every region of a step costs on top of its
+/// work (the median over passes of 2,000 regions).
+pub fn region_seconds(threads: Threads, budget: Duration) -> f64 {
+    let mut v = vec![0u64; threads.get() * 16];
+    const N: usize = 2000;
+    let mid = median_pass(budget, 50, || {
+        let t0 = Instant::now();
+        for i in 0..N {
+            par_chunks(&mut v, 16, threads, |first, piece| {
+                piece[0] = (first + i) as u64;
+            });
+        }
+        Ok::<_, std::convert::Infallible>(t0.elapsed().as_secs_f64())
+    })
+    .unwrap_or_else(|e| match e {});
+    std::hint::black_box(&v);
+    mid / N as f64
+}
+
+/// FLOP/s of one decode step's attention for one layer: one query token
+/// (`group` query heads per KV head) over `ctx` cached positions of
+/// `n_kv_heads` f16 KV heads, spread over the threads as the model does
+/// (KV heads, or ranges of the context merged by log-sum-exp when the
+/// heads are fewer than the threads want). Cache-resident: what attention
+/// computes at, apart from streaming the cache.
+pub fn decode_attention_rate(
+    head_dim: usize,
+    group: usize,
+    n_kv_heads: usize,
+    ctx: usize,
+    threads: Threads,
+    budget: Duration,
+) -> f64 {
+    use crate::attention_split::{attend_items_split, pieces_for, Item};
+    const BLOCK: usize = 16;
+    let (hd, n) = (head_dim.max(1), ctx.max(1));
+    let blocks = n.div_ceil(BLOCK);
+    let cache: Vec<f16> = (0..blocks * BLOCK * n_kv_heads * hd)
+        .map(|i| f16::from_f32(((i % 61) as f32 - 30.0) / 32.0))
+        .collect();
+    let table: Vec<u32> = (0..blocks as u32).collect();
+    let kv = PagedKv {
+        k: KvRows::F16(&cache),
+        v: KvRows::F16(&cache),
+        block_size: BLOCK,
+        n_kv_heads,
+        head_dim: hd,
+    };
+    let gq = group * hd;
+    let q: Vec<f32> = (0..n_kv_heads * gq)
+        .map(|i| ((i % 37) as f32 - 18.0) / 16.0)
+        .collect();
+    let mut out = vec![0.0f32; n_kv_heads * gq];
+    let pieces = pieces_for(n_kv_heads, n, threads);
+    let item = |k: usize| Item {
+        view: HeadView {
+            kv,
+            table: &table,
+            kvh: k,
+            scale: 1.0 / (hd as f32).sqrt(),
+            window: None,
+            softcap: None,
+            from: 0,
+            until: usize::MAX,
+        },
+        q: &q[k * gq..(k + 1) * gq],
+        t: 1,
+        n_ctx: n,
+    };
+    let mid = median_pass(budget, 10_000, || {
+        let t0 = Instant::now();
+        if pieces > 1 {
+            attend_items_split(n_kv_heads, pieces, group, hd, item, threads, &mut out);
+        } else {
+            par_chunks(&mut out, gq, threads, |first, piece| {
+                let mut sc = vec![0.0; tile_scores_len(1, group, n)];
+                for (i, o) in piece.chunks_exact_mut(gq).enumerate() {
+                    let it = item(first + i);
+                    attend_tile(&it.view, it.q, 1, n, &mut sc, o);
+                }
+            });
+        }
+        Ok::<_, std::convert::Infallible>(t0.elapsed().as_secs_f64().max(1e-9))
+    })
+    .unwrap_or_else(|e| match e {});
+    std::hint::black_box(&out);
+    4.0 * (n_kv_heads * group * hd * n) as f64 / mid
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

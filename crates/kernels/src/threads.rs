@@ -179,6 +179,18 @@ unsafe impl<T: Send> Sync for SendPtr<T> {}
 
 static POOL: OnceLock<Pool> = OnceLock::new();
 
+thread_local! {
+    /// Parallel regions this thread handed to the workers (each costs a
+    /// hand-off and a wait for the last of them).
+    static REGIONS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// How many parallel regions [`Pool::run`] has handed to workers from the
+/// calling thread (regions run inline on one thread are not counted).
+pub fn regions_run() -> usize {
+    REGIONS.with(|c| c.get())
+}
+
 /// The process-wide pool: sized by [`init_pool`] when that ran first, else
 /// one thread per core (the caller counts as one).
 pub fn pool() -> &'static Pool {
@@ -218,6 +230,9 @@ struct Shared {
     job: Mutex<(usize, usize, Option<Job<'static>>)>,
     sleep: Mutex<()>,
     wake: Condvar,
+    /// Workers between deciding to sleep and waking: `run` wakes the
+    /// condition variable (a system call) only when there are any.
+    sleepers: AtomicUsize,
 }
 
 const SPIN_LIMIT: u32 = 20_000;
@@ -230,6 +245,7 @@ impl Pool {
             job: Mutex::new((0, 0, None)),
             sleep: Mutex::new(()),
             wake: Condvar::new(),
+            sleepers: AtomicUsize::new(0),
         });
         let mut started = 1;
         for index in 1..size {
@@ -267,6 +283,7 @@ impl Pool {
             return;
         }
         IN_REGION.with(|c| c.set(true));
+        REGIONS.with(|c| c.set(c.get() + 1));
         struct Leave;
         impl Drop for Leave {
             fn drop(&mut self) {
@@ -283,8 +300,11 @@ impl Pool {
         s.done.store(0, Ordering::Relaxed);
         let epoch = s.epoch.load(Ordering::Relaxed) + 1;
         *s.job.lock().unwrap_or_else(|e| e.into_inner()) = (epoch, n, Some(erased));
-        s.epoch.store(epoch, Ordering::Release);
-        {
+        // SeqCst with the worker's `sleepers` increment and epoch check:
+        // either it sees the new epoch and does not wait, or this sees it
+        // counted and wakes it (under the lock it holds until it waits).
+        s.epoch.store(epoch, Ordering::SeqCst);
+        if s.sleepers.load(Ordering::SeqCst) > 0 {
             let _g = s.sleep.lock().unwrap_or_else(|e| e.into_inner());
             s.wake.notify_all();
         }
@@ -329,12 +349,14 @@ fn worker(index: usize, s: &Shared) {
                 std::hint::spin_loop();
             } else {
                 let g = s.sleep.lock().unwrap_or_else(|e| e.into_inner());
-                if s.epoch.load(Ordering::Acquire) == seen {
+                s.sleepers.fetch_add(1, Ordering::SeqCst);
+                if s.epoch.load(Ordering::SeqCst) == seen {
                     let _g = s
                         .wake
                         .wait_timeout(g, std::time::Duration::from_millis(50))
                         .unwrap_or_else(|e| e.into_inner());
                 }
+                s.sleepers.fetch_sub(1, Ordering::SeqCst);
                 spins = 0;
             }
         }

@@ -311,6 +311,18 @@ thread_local! {
         const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
 
+/// Parallel regions per layer of a decode step (norm, Q/K/V, attention,
+/// output projection, FFN), each a hand-off to the thread pool and a wait.
+pub const DECODE_REGIONS_PER_LAYER: usize = 8;
+
+/// Parallel regions one decode step of a dense `n_layers` model starts
+/// (the layers' and the output projection's), what `hasten estimate
+/// --measure` multiplies by the pool's hand-off time for its fixed cost
+/// per step (a test counts them).
+pub fn decode_regions(n_layers: usize) -> usize {
+    n_layers * DECODE_REGIONS_PER_LAYER + 1
+}
+
 /// A loaded Llama-family model. Weights stay in their mapped files.
 #[derive(Debug)]
 pub struct Model {

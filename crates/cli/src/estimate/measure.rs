@@ -7,14 +7,24 @@
 //! - prefill rate: one layer's matmuls times a prefill chunk of rows (in
 //!   cache), the FLOP rate prefill can reach;
 //! - attention rate: one layer's causal prefill attention over the prompt
-//!   (f16 cache, the model's head shapes).
+//!   (f16 cache, the model's head shapes);
+//! - decode attention rate: one token's attention over the prompt's
+//!   positions, split over the threads as the model splits it;
+//! - the last-level cache (its size from sysfs) and the bandwidth of a
+//!   read that fits in it: a decode step whose weights and KV fit streams
+//!   at that rate;
+//! - the fixed cost of a step: the pool's hand-off per parallel region
+//!   times the regions a decode step starts (`llama::decode_regions`).
 //!
-//! The estimate then uses decode bandwidth for memory and the two rates for
-//! compute; the raw read bandwidth is printed beside them.
+//! The estimate then uses decode bandwidth for memory and the rates for
+//! compute, and adds a CPU's step parts one after another; the raw read
+//! bandwidth is printed beside them.
 
 use anyhow::{Context, Result};
 use hasten_estimate::{Hardware, Model};
-use hasten_kernels::probe::{attention_rate, matmul_rate, read_bandwidth, stream_rate};
+use hasten_kernels::probe::{
+    attention_rate, decode_attention_rate, matmul_rate, read_bandwidth, region_seconds, stream_rate,
+};
 use hasten_kernels::threads::Threads;
 use hasten_kernels::GgmlType;
 use serde::Serialize;
@@ -31,6 +41,11 @@ pub struct Measured {
     pub prefill_gflops: f64,
     pub attention_prompt: usize,
     pub attention_gflops: f64,
+    pub decode_attention_gflops: f64,
+    pub llc_bytes: Option<u64>,
+    pub llc_gbs: Option<f64>,
+    pub region_us: f64,
+    pub step_fixed_ms: f64,
     pub probe_s: f64,
 }
 
@@ -74,7 +89,24 @@ pub fn probe(
         threads,
         Duration::from_millis(800),
     );
+    let decode_attention = decode_attention_rate(
+        m.head_dim.min(1024) as usize,
+        (m.heads / m.kv_heads.max(1)).min(64) as usize,
+        m.kv_heads.min(64) as usize,
+        prompt.clamp(16, 32768),
+        threads,
+        Duration::from_millis(400),
+    );
+    let llc = llc_bytes();
+    let llc_gbs = llc.map(|b| read_bandwidth(threads, (b * 2 / 5) as usize, 20) / 1e9);
+    let region = region_seconds(threads, Duration::from_millis(200));
+    let regions = hasten_model::llama::decode_regions(m.layers as usize);
     Ok(Measured {
+        decode_attention_gflops: decode_attention / 1e9,
+        llc_bytes: llc,
+        llc_gbs,
+        region_us: region * 1e6,
+        step_fixed_ms: region * regions as f64 * 1e3,
         threads: threads.get(),
         weight_type: ty.name(),
         read_gbs: read / 1e9,
@@ -96,8 +128,39 @@ impl Measured {
             tflops: self.prefill_gflops / 1e3,
             int8_tops: None,
             attention_tflops: Some(self.attention_gflops / 1e3),
+            decode_attention_tflops: Some(self.decode_attention_gflops / 1e3),
+            llc_bytes: self.llc_bytes.map(|b| b as f64),
+            llc_bandwidth_gbs: self.llc_gbs,
+            step_fixed_s: self.step_fixed_ms / 1e3,
+            serial_phases: true,
         }
     }
+}
+
+/// The largest cache of CPU 0 (the last level), from sysfs.
+fn llc_bytes() -> Option<u64> {
+    let dir = std::path::Path::new("/sys/devices/system/cpu/cpu0/cache");
+    let mut best: Option<(u32, u64)> = None;
+    for e in std::fs::read_dir(dir).ok()?.flatten() {
+        let read = |f: &str| std::fs::read_to_string(e.path().join(f)).ok();
+        let (Some(level), Some(size)) = (read("level"), read("size")) else {
+            continue;
+        };
+        let level: u32 = level.trim().parse().ok()?;
+        let size = size.trim();
+        let (num, mul) = match size.strip_suffix('K') {
+            Some(n) => (n, 1 << 10),
+            None => match size.strip_suffix('M') {
+                Some(n) => (n, 1 << 20),
+                None => (size, 1),
+            },
+        };
+        let bytes = num.parse::<u64>().ok()? * mul;
+        if best.is_none_or(|(l, _)| level > l) {
+            best = Some((level, bytes));
+        }
+    }
+    best.map(|(_, b)| b)
 }
 
 /// MemTotal from /proc/meminfo, in GB.

@@ -20,12 +20,27 @@ pub(super) fn header(i: &Inputs) {
         m.name, m.layers, m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn, m.vocab, w.name, w.bits, kv.name
     );
     match &i.measured {
-        Some(p) => println!(
-            "on {}: read bandwidth {:.2} GB/s; {} decode matmuls stream weights at {:.2} GB/s ({:.0}% of it); {} matmuls of {} rows run at {:.1} GFLOP/s; attention over {} tokens at {:.1} GFLOP/s; probed in {:.1} s",
-            hw.name, p.read_gbs, p.weight_type, p.decode_stream_gbs,
-            100.0 * p.decode_stream_gbs / p.read_gbs, p.weight_type, p.prefill_rows, p.prefill_gflops,
-            p.attention_prompt, p.attention_gflops, p.probe_s
-        ),
+        Some(p) => {
+            println!(
+                "on {}: read bandwidth {:.2} GB/s; {} decode matmuls stream weights at {:.2} GB/s ({:.0}% of it); {} matmuls of {} rows run at {:.1} GFLOP/s; attention over {} tokens at {:.1} GFLOP/s (decode: {:.1}); probed in {:.1} s",
+                hw.name, p.read_gbs, p.weight_type, p.decode_stream_gbs,
+                100.0 * p.decode_stream_gbs / p.read_gbs, p.weight_type, p.prefill_rows, p.prefill_gflops,
+                p.attention_prompt, p.attention_gflops, p.decode_attention_gflops, p.probe_s
+            );
+            let llc = match (p.llc_bytes, p.llc_gbs) {
+                (Some(b), Some(g)) => format!(
+                    "last-level cache {:.0} MiB read at {g:.1} GB/s (a step whose weights and KV fit in 3/4 of it streams at that rate)",
+                    b as f64 / (1u64 << 20) as f64
+                ),
+                _ => "no last-level cache size found".into(),
+            };
+            println!(
+                "  {llc}; a step's parts add up, plus {:.2} ms fixed ({} pool regions of {:.2} us)",
+                p.step_fixed_ms,
+                hasten_model::llama::decode_regions(m.layers as usize),
+                p.region_us
+            );
+        }
         None => println!(
             "on {} ({} GB, {} GB/s, {} TFLOP/s dense f16{})",
             hw.name,

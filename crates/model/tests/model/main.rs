@@ -520,3 +520,34 @@ fn split_context_decode_equals_one_thread() {
         assert!(d < 1e-3, "max logit difference {d}");
     }
 }
+
+/// The parallel regions one decode step starts, as `hasten estimate
+/// --measure` counts them for its fixed cost per step
+/// ([`hasten_model::llama::decode_regions`]): a dense model's step, at a
+/// short context (attention over whole KV heads) and a long one (split).
+#[test]
+fn a_decode_step_starts_the_regions_the_estimate_counts() {
+    use hasten_kernels::threads::regions_run;
+    for arch in [Arch::Llama, Arch::Qwen3, Arch::Gemma3] {
+        let fx = Fixture {
+            context_length: 2048,
+            ..small(GgmlType::Q8_0, arch)
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let m = gguf_model(&fx, &dir);
+        let two = Threads::new(2).unwrap();
+        for ctx in [3, 1100] {
+            let mut s = Session::new(&m, 1200, two);
+            let prompt: Vec<u32> = (0..ctx).map(|i| 3 + (i * 7919) % 31000).collect();
+            s.feed(&prompt).unwrap();
+            let before = regions_run();
+            s.feed(&[4]).unwrap();
+            let n = regions_run() - before;
+            assert_eq!(
+                n,
+                hasten_model::llama::decode_regions(m.config.n_layers),
+                "{arch:?} at context {ctx}"
+            );
+        }
+    }
+}
