@@ -77,7 +77,10 @@ fn a_draft_model_drafts_in_run_and_serve_and_changes_no_text() {
     let rate = s.metric("hasten_spec_acceptance_rate");
     let per_step = s.metric("hasten_spec_tokens_per_step");
     assert!(rate > 0.5 && rate <= 1.0, "{rate}");
-    assert!(per_step > 1.5, "{per_step}");
+    // Drafts were kept (a draft model as large as the target rarely pays,
+    // so the engine pauses it by its cost fit: how often depends on the
+    // machine's timings, so only "more than one token per step").
+    assert!(per_step > 1.0, "{per_step}");
 }
 
 #[test]

@@ -22,6 +22,8 @@ use std::arch::x86_64::*;
 const MAX_HEAD_DIM: usize = 256;
 /// Cache rows widened per block.
 const ROWS: usize = 8;
+/// Positions ahead of the block being computed whose rows are prefetched.
+const PREFETCH_AHEAD: usize = 2 * ROWS;
 
 /// See [`crate::attention::attend_tile`].
 pub fn attend_tile(
@@ -128,6 +130,56 @@ fn checked(
     )
 }
 
+/// Index of the cache row at each of the `n` positions from `p0` (one
+/// table lookup when they share a block, as aligned runs do).
+#[inline]
+fn row_indices(view: &HeadView<'_>, p0: usize, n: usize) -> [usize; ROWS] {
+    let kv = &view.kv;
+    let mut out = [0usize; ROWS];
+    let first = kv.row_index(view.table, p0, view.kvh);
+    if p0 % kv.block_size + n <= kv.block_size {
+        for (j, o) in out.iter_mut().enumerate().take(n) {
+            *o = first + j * kv.n_kv_heads;
+        }
+    } else {
+        for (j, o) in out.iter_mut().enumerate().take(n) {
+            *o = kv.row_index(view.table, p0 + j, view.kvh);
+        }
+    }
+    out
+}
+
+/// Asks for the cache rows of the `n` positions from `p0` (K or V) to be
+/// brought toward L1 while the current block is computed: a decode step
+/// reads the whole cache once, row by row, at a stride the hardware
+/// prefetcher loses at every page.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn prefetch_rows(view: &HeadView<'_>, cache: KvRows<'_>, p0: usize, n: usize) {
+    let hd = view.kv.head_dim;
+    let (base, row_bytes) = match cache {
+        KvRows::F16(c) => (c.as_ptr() as *const u8, 2 * hd),
+        KvRows::Quant(ty, c) => (c.as_ptr(), ty.row_bytes(hd)),
+    };
+    let len = match cache {
+        KvRows::F16(c) => 2 * c.len(),
+        KvRows::Quant(_, c) => c.len(),
+    };
+    for &i in &row_indices(view, p0, n)[..n] {
+        let (at, end) = (i * row_bytes, (i + 1) * row_bytes);
+        if end > len {
+            return;
+        }
+        let mut off = at;
+        while off < end {
+            // SAFETY: `off` lies inside the cache slice (checked above);
+            // a prefetch reads nothing architecturally.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(base.add(off) as *const i8) };
+            off += 64;
+        }
+    }
+}
+
 /// Widens up to [`ROWS`] cache rows starting at position `p0` of `cache`
 /// (K or V, f16 or quantized) into `block`, zeroing the rows past `n_rows`.
 #[inline]
@@ -140,13 +192,14 @@ fn widen_block(
     block: &mut [f32; ROWS * MAX_HEAD_DIM],
 ) {
     let hd = view.kv.head_dim;
+    let rows = row_indices(view, p0, n_rows);
     for j in 0..ROWS {
         let dst = &mut block[j * hd..(j + 1) * hd];
         if j >= n_rows {
             dst.fill(0.0);
             continue;
         }
-        let i = view.kv.row_index(view.table, p0 + j, view.kvh);
+        let i = rows[j];
         match cache {
             KvRows::F16(c) => {
                 let src = &c[i * hd..(i + 1) * hd];
@@ -261,6 +314,10 @@ macro_rules! tile_fn {
             // Scores: eight positions at a time for every query row that
             // sees them (a suffix of the rows: `len` grows with `r`).
             for p0 in (start..n_last).step_by(ROWS) {
+                let next = p0 + PREFETCH_AHEAD;
+                if next < n_last {
+                    prefetch_rows(view, view.kv.k, next, (n_last - next).min(ROWS));
+                }
                 widen_block(view, view.kv.k, p0, (n_last - p0).min(ROWS), &mut block);
                 let mut r = (0..rows).find(|&r| len(r) > p0).unwrap_or(rows);
                 while r + $r <= rows {
@@ -441,6 +498,10 @@ unsafe fn weighted_v(
     let nv = hd / 8;
     out.fill(0.0);
     for p0 in (start..n_last).step_by(ROWS) {
+        let next = p0 + PREFETCH_AHEAD;
+        if next < n_last {
+            prefetch_rows(view, view.kv.v, next, (n_last - next).min(ROWS));
+        }
         widen_block(view, view.kv.v, p0, (n_last - p0).min(ROWS), block);
         let bp = block.as_ptr();
         for r in (0..rows).filter(|&r| len(r) > p0) {
