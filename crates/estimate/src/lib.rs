@@ -488,7 +488,11 @@ mod tests {
         let weights = e.weight_bytes_read / 20e9;
         let attn = (ctx * e.kv_bytes_per_token / 20e9).max(attention_flops(&m, ctx) / 0.03e12);
         let want = weights + attn + 0.5e-3;
-        assert!((e.tpot_s / want - 1.0).abs() < 1e-9, "{} vs {want}", e.tpot_s);
+        assert!(
+            (e.tpot_s / want - 1.0).abs() < 1e-9,
+            "{} vs {want}",
+            e.tpot_s
+        );
         // A 260 MiB cache at 60 GB/s holds this model and its KV.
         let big = Hardware {
             llc_bytes: Some(260.0 * MIB),

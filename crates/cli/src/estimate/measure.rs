@@ -10,9 +10,9 @@
 //!   (f16 cache, the model's head shapes);
 //! - decode attention rate: one token's attention over the prompt's
 //!   positions, split over the threads as the model splits it;
-//! - the last-level cache (its size from sysfs) and the bandwidth of a
-//!   read that fits in it: a decode step whose weights and KV fit streams
-//!   at that rate;
+//! - the last-level cache (its size from sysfs) and, when a decode step's
+//!   weights and KV fit in it, the bandwidth of a read of that size (the
+//!   rate such a step streams at: partly from the cache);
 //! - the fixed cost of a step: the pool's hand-off per parallel region
 //!   times the regions a decode step starts (`llama::decode_regions`).
 //!
@@ -70,6 +70,7 @@ pub fn probe(
     threads: Threads,
     prompt: usize,
     mib: usize,
+    working_set: u64,
 ) -> Result<Measured> {
     let t0 = Instant::now();
     let shapes = probe_shapes(m, ty);
@@ -97,8 +98,12 @@ pub fn probe(
         threads,
         Duration::from_millis(400),
     );
+    // A step whose weights and KV fit in the last-level cache (3/4 of it)
+    // reads them at the rate of a read of that size, measured here.
     let llc = llc_bytes();
-    let llc_gbs = llc.map(|b| read_bandwidth(threads, (b * 2 / 5) as usize, 20) / 1e9);
+    let llc_gbs = llc
+        .filter(|&b| working_set as f64 <= 0.75 * b as f64)
+        .map(|_| read_bandwidth(threads, working_set.max(1 << 20) as usize, 10) / 1e9);
     let region = region_seconds(threads, Duration::from_millis(200));
     let regions = hasten_model::llama::decode_regions(m.layers as usize);
     Ok(Measured {

@@ -130,7 +130,17 @@ pub fn main(a: Args) -> Result<()> {
                 src.model.name
             );
         }
-        let m = measure::probe(&src.model, ty, threads, a.prompt as usize, a.probe_mib)?;
+        // What a decode step reads: the weights and the prompt's KV.
+        let working_set = src.model.params() as f64 * weights.bits / 8.0
+            + src.model.kv_bytes_per_token(kv.bits) * (a.prompt + a.output / 2) as f64;
+        let m = measure::probe(
+            &src.model,
+            ty,
+            threads,
+            a.prompt as usize,
+            a.probe_mib,
+            working_set as u64,
+        )?;
         (m.hardware(), Some(m))
     } else {
         let hw = presets::hardware(&a.hardware)

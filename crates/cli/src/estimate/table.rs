@@ -27,10 +27,15 @@ pub(super) fn header(i: &Inputs) {
                 100.0 * p.decode_stream_gbs / p.read_gbs, p.weight_type, p.prefill_rows, p.prefill_gflops,
                 p.attention_prompt, p.attention_gflops, p.decode_attention_gflops, p.probe_s
             );
+            let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
             let llc = match (p.llc_bytes, p.llc_gbs) {
                 (Some(b), Some(g)) => format!(
-                    "last-level cache {:.0} MiB read at {g:.1} GB/s (a step whose weights and KV fit in 3/4 of it streams at that rate)",
-                    b as f64 / (1u64 << 20) as f64
+                    "a decode step's weights and KV fit in the {:.0} MiB last-level cache: a read of their size runs at {g:.1} GB/s",
+                    mib(b)
+                ),
+                (Some(b), None) => format!(
+                    "a decode step's weights and KV do not fit in the {:.0} MiB last-level cache",
+                    mib(b)
                 ),
                 _ => "no last-level cache size found".into(),
             };
