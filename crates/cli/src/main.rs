@@ -6,6 +6,7 @@ mod chat;
 mod complete;
 mod estimate;
 mod models;
+mod perplexity;
 mod remote;
 mod run;
 mod serve;
@@ -52,6 +53,8 @@ enum Command {
     /// Explain latency from first principles: weight and KV bytes,
     /// bandwidth and compute rooflines (presets; see --list).
     Estimate(estimate::Args),
+    /// A model's perplexity on a text file (as llama-perplexity computes it).
+    Perplexity(perplexity::Args),
 }
 
 /// `println!` panics when stdout is a closed pipe (`hasten estimate | head`);
@@ -80,6 +83,7 @@ fn main() {
         Command::Run(a) => run::main(a),
         Command::Serve(a) => serve::main(a),
         Command::Tokenize(a) => tokenize::main(a),
+        Command::Perplexity(a) => perplexity::main(a),
         Command::Synth(a) => synth::main(a),
         Command::Chat(a) => chat::main(a),
         Command::Complete(a) => complete::main(a),

@@ -307,3 +307,56 @@ fn chat_template_kwargs_must_be_a_json_object() {
         stderr(&o)
     );
 }
+
+/// `hasten perplexity` scores a text in chunks (its JSON line says how
+/// many tokens), the same figure for the same text, and refuses a text
+/// shorter than one chunk or a chunk longer than the context, clearly.
+#[test]
+fn perplexity_scores_a_text_and_refuses_what_it_cannot_score() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(&dir);
+    let text = dir.path().join("text.txt");
+    std::fs::write(
+        &text,
+        "the quick brown fox jumps over the lazy dog. ".repeat(40),
+    )
+    .unwrap();
+    let short = dir.path().join("short.txt");
+    std::fs::write(&short, "too short").unwrap();
+    let args = |file: &std::path::Path, ctx: &str| {
+        let f = file.to_str().unwrap().to_string();
+        hasten(&[
+            "perplexity",
+            "--model",
+            &model,
+            "-f",
+            &f,
+            "-c",
+            ctx,
+            "-t",
+            "2",
+            "--json",
+        ])
+    };
+    let o = args(&text, "64");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let j: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    let chunks = j["chunks"].as_u64().unwrap();
+    assert!(chunks >= 2, "{out}");
+    assert_eq!(j["scored_tokens"].as_u64().unwrap(), chunks * (64 - 1 - 32));
+    let ppl = j["ppl"].as_f64().unwrap();
+    assert!(ppl.is_finite() && ppl > 1.0, "{out}");
+    assert!(out.starts_with("PPL = "), "{out}");
+    let again = String::from_utf8_lossy(&args(&text, "64").stdout).into_owned();
+    assert_eq!(again.lines().last(), out.lines().last());
+    for (file, ctx, want) in [
+        (&short, "64", "fewer than one chunk of 64"),
+        (&text, "100000", "it must be 4 to 512"),
+    ] {
+        let o = args(file, ctx);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(err.contains(want) && !err.contains("panicked"), "{err}");
+    }
+}

@@ -22,6 +22,7 @@ pub mod mmap;
 pub mod moe;
 pub mod naming;
 pub mod output;
+pub mod perplexity;
 pub mod prompt;
 pub mod safetensors;
 pub mod sampler;

@@ -16,6 +16,8 @@ pub struct Session<'m> {
     model: &'m Model,
     kv: KvCache,
     scratch: Scratch,
+    /// Room for a logit row per fed token ([`Self::feed_all`]), made on first use.
+    wide: Option<Scratch>,
     table: Vec<u32>,
     pos: usize,
     cap: usize,
@@ -31,6 +33,7 @@ impl<'m> Session<'m> {
             model,
             kv: KvCache::new(&model.config, n_blocks, BLOCK_SIZE),
             scratch: Scratch::new(&model.config, PREFILL_CHUNK, 1),
+            wide: None,
             table: (0..n_blocks as u32).collect(),
             pos: 0,
             cap,
@@ -60,8 +63,8 @@ impl<'m> Session<'m> {
         self.cap
     }
 
-    /// Appends `tokens` and returns the logits after the last one.
-    pub fn feed(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+    /// Checks that `tokens` can be fed.
+    fn check(&self, tokens: &[u32]) -> Result<()> {
         if tokens.is_empty() {
             return Err(Error::Batch("nothing to feed".into()));
         }
@@ -72,6 +75,37 @@ impl<'m> Session<'m> {
                 max: self.capacity(),
             });
         }
+        Ok(())
+    }
+
+    /// Appends `tokens` and returns the logits after each of them, one row
+    /// of the vocabulary's size per token (for scoring a text).
+    pub fn feed_all(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        self.check(tokens)?;
+        let config = &self.model.config;
+        let wide = self
+            .wide
+            .get_or_insert_with(|| Scratch::new(config, PREFILL_CHUNK, PREFILL_CHUNK));
+        let mut logits = Vec::with_capacity(tokens.len() * config.vocab_size);
+        for chunk in tokens.chunks(PREFILL_CHUNK) {
+            let batch = [SeqBatch {
+                tokens: chunk,
+                start_pos: self.pos,
+                block_table: &self.table,
+                logits: chunk.len(),
+            }];
+            let out = self
+                .model
+                .forward(&batch, &mut self.kv, wide, self.threads)?;
+            logits.extend_from_slice(out);
+            self.pos += chunk.len();
+        }
+        Ok(logits)
+    }
+
+    /// Appends `tokens` and returns the logits after the last one.
+    pub fn feed(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        self.check(tokens)?;
         let mut logits = Vec::new();
         let chunks: Vec<&[u32]> = tokens.chunks(PREFILL_CHUNK).collect();
         for (i, chunk) in chunks.iter().enumerate() {

@@ -6,6 +6,7 @@
 use hasten_kernels::attention::KvType;
 use hasten_kernels::threads::Threads;
 use hasten_model::loader::{load, LoadedModel};
+use hasten_model::perplexity::token_nll;
 use hasten_model::sampler::argmax;
 use hasten_model::session::Session;
 
@@ -34,14 +35,7 @@ fn perplexity(lm: &LoadedModel, tokens: &[u32], ty: KvType) -> f64 {
     let mut nll = 0.0f64;
     let mut logits = s.feed(&tokens[..1]).unwrap();
     for &t in &tokens[1..] {
-        let max = logits.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)) as f64;
-        let lse = max
-            + logits
-                .iter()
-                .map(|&v| (v as f64 - max).exp())
-                .sum::<f64>()
-                .ln();
-        nll += lse - logits[t as usize] as f64;
+        nll += token_nll(&logits, t as usize);
         logits = s.feed(&[t]).unwrap();
     }
     (nll / (tokens.len() - 1) as f64).exp()

@@ -312,6 +312,7 @@ fn missing_tensor_and_wrong_shape_are_named() {
 
 mod kv_types;
 mod llama_cpp;
+mod perplexity;
 
 /// A checkpoint directory split in two shards, with tokenizer.json and a
 /// chat template in tokenizer_config.json, loads through `loader::load` and
