@@ -83,6 +83,9 @@ pub struct Args {
     /// Seconds a dropped stream is kept for its client to resume (0: cancel at once).
     #[arg(long, default_value_t = 5.0)]
     resume_grace: f64,
+    /// Do not serve the web page at `/` (the API is unchanged).
+    #[arg(long)]
+    no_ui: bool,
     /// Seconds to let in-flight requests finish after SIGINT/SIGTERM.
     #[arg(long, default_value_t = 30.0)]
     shutdown_timeout: f64,
@@ -170,6 +173,7 @@ pub fn main(a: Args) -> Result<()> {
             .transpose()?,
         resume_grace: secs(a.resume_grace, "resume-grace")?,
         body_timeout: secs(a.body_timeout, "body-timeout")?,
+        ui: !a.no_ui,
     };
     let opts = ServeOptions {
         conns: ConnConfig {
@@ -212,6 +216,7 @@ pub fn main(a: Args) -> Result<()> {
             }),
     };
     let draft = a.speculation.draft_model()?.map(|p| p.to_owned());
+    let ui = cfg.ui;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .worker_threads(2)
@@ -245,6 +250,9 @@ pub fn main(a: Args) -> Result<()> {
             // it comes once the model is loaded, so it never precedes a
             // load error.
             eprintln!("hasten serve: listening on {scheme}://{local}");
+            if ui {
+                eprintln!("hasten serve: web page at {scheme}://{local}/ (--no-ui turns it off)");
+            }
             Ok(b)
         };
         Ok(serve(Shared::new(cfg), listener, opts, loader, shutdown_signal()).await?)

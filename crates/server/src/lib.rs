@@ -9,7 +9,8 @@
 //! (request validation and tokenization), [`respond`] (engine events to
 //! OpenAI bodies; the SSE state machine), [`streams`] (resumable streams),
 //! [`routes`] (handlers), [`middleware`] (request ids, API keys, request
-//! counting), [`prom`] (Prometheus text), [`listen`] (the accept loop and connection limits).
+//! counting), [`prom`] (Prometheus text), [`listen`] (the accept loop and connection limits),
+//! [`ui`] (the web page and `/info`).
 
 pub mod answer;
 pub mod error;
@@ -24,6 +25,7 @@ pub mod serve;
 pub mod streams;
 pub mod tls;
 pub mod tools;
+pub mod ui;
 
 pub use error::{Error, Result};
 pub use routes::router;
@@ -55,6 +57,8 @@ pub struct ServerConfig {
     pub resume_grace: Duration,
     /// How long a request body may take to arrive once its head has.
     pub body_timeout: Duration,
+    /// Serve the web page at `/` (`--no-ui` turns it off).
+    pub ui: bool,
 }
 
 impl Default for ServerConfig {
@@ -70,6 +74,7 @@ impl Default for ServerConfig {
             request_timeout: None,
             resume_grace: Duration::from_secs(5),
             body_timeout: Duration::from_secs(30),
+            ui: true,
         }
     }
 }
@@ -85,6 +90,8 @@ pub struct Backend {
     pub created: u64,
     /// [`Tokenizer::max_token_bytes`], computed once.
     pub max_token_bytes: usize,
+    /// The model card of `GET /info` (the web page's server view).
+    pub info: ui::ModelInfo,
 }
 
 impl Backend {
@@ -94,8 +101,21 @@ impl Backend {
         template: ChatTemplate,
         model_id: String,
     ) -> Self {
+        let limits = engine.limits();
+        let info = ui::ModelInfo {
+            model: model_id.clone(),
+            context_length: limits.context_length,
+            kv_tokens: limits.kv_tokens,
+            kv_type: limits.kv_type.name().into(),
+            kv_bytes_per_token: limits.kv_bytes_per_token,
+            speculation: if limits.speculates { "on" } else { "off" }.into(),
+            threads: engine.config().threads.get(),
+            kernels: hasten_kernels::cpu::kernels().isa.name().into(),
+            ..ui::ModelInfo::default()
+        };
         Backend {
             engine,
+            info,
             max_token_bytes: tokenizer.max_token_bytes(),
             tokenizer,
             template,
@@ -140,6 +160,7 @@ impl Backend {
         }
         let ec = EngineConfig::for_model(&lm.model, &opts);
         let layers = lm.model.config.n_layers;
+        let arch = lm.model.config.arch.name();
         let tokenizer = Arc::new(lm.tokenizer);
         let engine =
             Engine::start(Arc::new(lm.model), tokenizer.clone(), ec).map_err(Error::Engine)?;
@@ -154,8 +175,13 @@ impl Backend {
             ),
             _ => String::new(),
         };
+        let speculation = match (limits.speculates, draft) {
+            (false, _) => "off".to_string(),
+            (true, None) => "ngram".to_string(),
+            (true, Some(d)) => format!("draft model {}", d.display()),
+        };
         let line = format!(
-            "hasten serve: model {model_id} ({}, {:.1} MB, {layers} layers, context {}) loaded in {:.0} ms; KV cache {} tokens ({}, {} bytes/token){disk}; speculation {}; {} threads, {} kernels",
+            "hasten serve: model {model_id} ({}, {:.1} MB, {layers} layers, context {}) loaded in {:.0} ms; KV cache {} tokens ({}, {} bytes/token){disk}; speculation {speculation}; {} threads, {} kernels",
             path.display(),
             lm.file_bytes as f64 / 1e6,
             limits.context_length,
@@ -163,17 +189,18 @@ impl Backend {
             limits.kv_tokens,
             limits.kv_type.name(),
             limits.kv_bytes_per_token,
-            match (limits.speculates, draft) {
-                (false, _) => "off".to_string(),
-                (true, None) => "ngram".to_string(),
-                (true, Some(d)) => format!("draft model {}", d.display()),
-            },
             opts.threads.get(),
             hasten_kernels::cpu::kernels().isa.name(),
         );
         // Scripts and people read this line on stderr, whatever the log filter.
         eprintln!("{line}");
-        Ok(Backend::new(engine, tokenizer, template, model_id))
+        let mut b = Backend::new(engine, tokenizer, template, model_id);
+        b.info.path = Some(path.display().to_string());
+        b.info.arch = Some(arch.into());
+        b.info.file_mb = Some(lm.file_bytes as f64 / 1e6);
+        b.info.layers = Some(layers);
+        b.info.speculation = speculation;
+        Ok(b)
     }
 }
 

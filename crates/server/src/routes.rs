@@ -40,14 +40,20 @@ pub fn router(st: AppState) -> Router {
         .route("/v1/streams/{id}", get(resume))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
+        .route("/info", get(crate::ui::info))
         .route_layer(from_fn_with_state(st.clone(), middleware::body_deadline))
         .route_layer(from_fn_with_state(st.clone(), middleware::api_key))
         .route_layer(from_fn_with_state(st.clone(), middleware::count));
-    let open = Router::new()
+    let mut open = Router::new()
         .route("/health", get(health))
         .route("/ready", get(ready))
-        .route("/metrics", get(metrics))
-        .route_layer(from_fn_with_state(st.clone(), middleware::count));
+        .route("/metrics", get(metrics));
+    if st.cfg.ui {
+        open = open
+            .route("/", get(crate::ui::index))
+            .route("/ui/{*path}", get(crate::ui::file));
+    }
+    let open = open.route_layer(from_fn_with_state(st.clone(), middleware::count));
     let mut app = api
         .merge(open)
         .fallback(not_found)
