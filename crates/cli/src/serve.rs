@@ -148,6 +148,7 @@ pub fn main(a: Args) -> Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let threads = crate::threads(a.threads)?;
+    let opts_threads = threads;
     let mut api_keys = a.api_key.clone();
     if let Some(f) = &a.api_key_file {
         let text =
@@ -249,6 +250,11 @@ pub fn main(a: Args) -> Result<()> {
             // Scripts wait for this line to learn the port (with --port 0);
             // it comes once the model is loaded, so it never precedes a
             // load error.
+            let mut b = b;
+            let (est_path, threads, kv) = (path.clone(), opts_threads, b.info.kv_type.clone());
+            b.estimator = Some(std::sync::Arc::new(move || {
+                crate::estimate::for_server(&est_path, &kv, threads).map_err(|e| format!("{e:#}"))
+            }));
             eprintln!("hasten serve: listening on {scheme}://{local}");
             if ui {
                 eprintln!("hasten serve: web page at {scheme}://{local}/ (--no-ui turns it off)");

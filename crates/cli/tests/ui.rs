@@ -439,6 +439,19 @@ async fn the_web_page_chats_shows_its_timeline_resumes_and_charts() {
         10,
     )
     .await;
+    // hasten estimate's figures for this model and machine, beside the
+    // steps measured.
+    c.find(Locator::Css("#estimate-btn"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let est = until(&c, "the estimate", "(() => { const t = document.getElementById('estimate').textContent; return t.includes('TPOT') && t.includes('mean step') && t; })()", 60).await;
+    assert!(
+        est.as_str().unwrap().contains("hasten estimate --model"),
+        "{est}"
+    );
     no_errors(&c, "on the server view").await;
     shot(&c, "server").await;
 

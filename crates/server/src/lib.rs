@@ -92,6 +92,11 @@ pub struct Backend {
     pub max_token_bytes: usize,
     /// The model card of `GET /info` (the web page's server view).
     pub info: ui::ModelInfo,
+    /// Computes `hasten estimate --measure` for this model on this machine
+    /// (`POST /info/estimate`; the binary supplies it, since estimating
+    /// reads the model file and probes the machine). Its answer is kept.
+    pub estimator: Option<ui::Estimator>,
+    pub(crate) estimate: tokio::sync::Mutex<Option<serde_json::Value>>,
 }
 
 impl Backend {
@@ -116,6 +121,8 @@ impl Backend {
         Backend {
             engine,
             info,
+            estimator: None,
+            estimate: tokio::sync::Mutex::new(None),
             max_token_bytes: tokenizer.max_token_bytes(),
             tokenizer,
             template,

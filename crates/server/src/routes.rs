@@ -41,6 +41,7 @@ pub fn router(st: AppState) -> Router {
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
         .route("/info", get(crate::ui::info))
+        .route("/info/estimate", post(crate::ui::estimate))
         .route_layer(from_fn_with_state(st.clone(), middleware::body_deadline))
         .route_layer(from_fn_with_state(st.clone(), middleware::api_key))
         .route_layer(from_fn_with_state(st.clone(), middleware::count));

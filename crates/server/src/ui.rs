@@ -6,7 +6,7 @@
 //! step; third-party files are pinned copies in `ui/vendor/` (see
 //! `scripts/vendor-ui.sh`).
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::AppState;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderValue, StatusCode};
@@ -117,6 +117,34 @@ pub async fn file(Path(path): Path<String>) -> Response {
 
 pub async fn info(State(st): State<AppState>) -> Result<Json<ModelInfo>> {
     Ok(Json(st.backend()?.info.clone()))
+}
+
+/// See [`crate::Backend::estimator`]: returns the estimate as JSON, or why
+/// it could not be made.
+pub type Estimator =
+    std::sync::Arc<dyn Fn() -> std::result::Result<serde_json::Value, String> + Send + Sync>;
+
+/// `POST /info/estimate`: the estimate for this model on this machine,
+/// probed once (a few seconds on every thread; concurrent calls wait for
+/// the first) and then kept.
+pub async fn estimate(State(st): State<AppState>) -> Result<Json<serde_json::Value>> {
+    let b = st.backend()?;
+    let Some(f) = b.estimator.clone() else {
+        return Err(Error::NotFound {
+            message: "this server has no estimator".into(),
+            code: "not_found",
+        });
+    };
+    let mut kept = b.estimate.lock().await;
+    if let Some(v) = kept.as_ref() {
+        return Ok(Json(v.clone()));
+    }
+    let v = tokio::task::spawn_blocking(move || f())
+        .await
+        .map_err(|e| Error::Internal(format!("the estimate panicked: {e}")))?
+        .map_err(|e| Error::Internal(format!("estimating: {e}")))?;
+    *kept = Some(v.clone());
+    Ok(Json(v))
 }
 
 #[cfg(test)]

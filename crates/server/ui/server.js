@@ -69,9 +69,7 @@ class Series {
 }
 
 function card(info) {
-  const dl = $("card");
-  dl.replaceChildren();
-  const rows = [
+  rows($("card"), [
     ["Model", info.model],
     ["File", info.path],
     ["Architecture", info.arch],
@@ -82,8 +80,13 @@ function card(info) {
     ["Kernels", info.kernels],
     ["Threads", info.threads],
     ["Speculation", info.speculation],
-  ];
-  for (const [k, v] of rows) {
+  ]);
+}
+
+/** Rows of a definition list. */
+function rows(dl, list) {
+  dl.replaceChildren();
+  for (const [k, v] of list) {
     if (v == null || v === "") continue;
     const dt = document.createElement("dt");
     dt.textContent = k;
@@ -97,7 +100,35 @@ export function initServer() {
   let charts = null;
   let timer = null;
   let prev = null;
+  let est = null;
+  let measured = { stepMs: null, itlP50: null, steps: 0 };
+  const showEstimate = () => {
+    const e = est;
+    const m = measured;
+    rows($("estimate"), [
+      ["Estimate", e ? `TPOT ${e.tpot_ms.toFixed(2)} ms (${e.decode_tokens_per_s.toFixed(1)} tokens/s), TTFT ${e.ttft_ms.toFixed(0)} ms for ${e.prompt_tokens} prompt tokens` : null],
+      ["Probed", e ? `read ${e.read_gbs.toFixed(1)} GB/s; decode matmuls stream ${e.decode_stream_gbs.toFixed(1)} GB/s; ${(e.weight_bytes_read / 1e6).toFixed(1)} MB of weights per step (${e.probe_s.toFixed(1)} s)` : null],
+      ["Command", e ? e.command : null],
+      ["Measured", m.steps > 0 ? `mean step ${m.stepMs.toFixed(2)} ms over ${m.steps} steps in the last five minutes` + (m.itlP50 != null ? `; ITL p50 ≤ ${m.itlP50.toFixed(1)} ms` : "") : "no decode steps yet"],
+    ]);
+  };
+  const runEstimate = async () => {
+    const btn = $("estimate-btn");
+    btn.disabled = true;
+    btn.textContent = "Estimating…";
+    try {
+      const res = await api("/info/estimate", { method: "POST" });
+      if (res.ok) est = await res.json();
+      else rows($("estimate"), [["Estimate", "failed: " + res.status]]);
+    } finally {
+      btn.disabled = false;
+      btn.textContent = "Estimate on this machine";
+      if (est) showEstimate();
+    }
+  };
+  $("estimate-btn").addEventListener("click", runEstimate);
   const hist = []; // [t, ttft buckets, itl buckets]
+  let first = null; // the metrics when polling began
 
   const tick = async () => {
     const res = await api("/metrics").catch(() => null);
@@ -127,6 +158,16 @@ export function initServer() {
     };
     charts.ttft.push(t, [q(1, 0.5), q(1, 0.99)]);
     charts.itl.push(t, [q(2, 0.5), q(2, 0.99)]);
+    // The window's mean step and ITL median, beside the estimate.
+    if (!first) first = m;
+    const steps = m.hasten_engine_steps_total - first.hasten_engine_steps_total;
+    const itl = bucketQuantile(hist[hist.length - 1][2], hist[0][2], 0.5);
+    measured = {
+      steps,
+      stepMs: steps > 0 ? (1000 * (m.hasten_step_time_seconds_sum - first.hasten_step_time_seconds_sum)) / steps : null,
+      itlP50: itl == null || !isFinite(itl) ? null : itl * 1000,
+    };
+    showEstimate();
   };
 
   const start = async () => {

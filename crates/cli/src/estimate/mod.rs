@@ -169,3 +169,49 @@ pub fn main(a: Args) -> Result<()> {
     }
     table::print(&inputs, &load, a.json)
 }
+
+/// The estimate the web page's server view shows beside the measured
+/// decode speed: this machine probed (`--measure`, a few seconds, every
+/// thread of `threads`) for the served model file at `path` with its KV
+/// type, one sequence of 512 prompt and 256 output tokens. The same
+/// inputs and function as `hasten estimate --model PATH --measure --kv KV`.
+pub fn for_server(
+    path: &std::path::Path,
+    kv: &str,
+    threads: hasten_kernels::threads::Threads,
+) -> Result<serde_json::Value> {
+    let path_str = path.to_str().context("the model path is not UTF-8")?;
+    let src = source::resolve(Some(path_str), &source::Dims::default())?;
+    let weights = match src.weights {
+        Some(w) => w,
+        None => dtype("f16", "weight")?,
+    };
+    let kv = dtype(kv, "KV")?;
+    let ty = src
+        .ggml_type
+        .unwrap_or_else(|| measure::kernel_type(&weights.name));
+    let load = Workload {
+        prompt_tokens: 512,
+        output_tokens: 256,
+        batch: 1,
+        cached_tokens: 0,
+        rtt_ms: 0.0,
+    };
+    let working_set = src.model.params() as f64 * weights.bits / 8.0
+        + src.model.kv_bytes_per_token(kv.bits)
+            * (load.prompt_tokens + load.output_tokens / 2) as f64;
+    let m = measure::probe(&src.model, ty, threads, 512, 256, working_set as u64)?;
+    let e = hasten_estimate::estimate(&src.model, &weights, &kv, &m.hardware(), &load);
+    Ok(serde_json::json!({
+        "command": format!("hasten estimate --model {path_str} --measure --kv {} -t {}", kv.name, threads.get()),
+        "prompt_tokens": load.prompt_tokens,
+        "output_tokens": load.output_tokens,
+        "ttft_ms": e.ttft_s * 1e3,
+        "tpot_ms": e.tpot_s * 1e3,
+        "decode_tokens_per_s": e.tokens_per_s_per_sequence,
+        "weight_bytes_read": e.weight_bytes_read,
+        "read_gbs": m.read_gbs,
+        "decode_stream_gbs": m.decode_stream_gbs,
+        "probe_s": m.probe_s,
+    }))
+}
