@@ -22,6 +22,10 @@ pub struct LoadedModel {
     pub name: String,
     /// Size of the weight files in bytes.
     pub file_bytes: u64,
+    /// How the weights are stored, for people: a GGUF file's dominant
+    /// matrix type and bits per weight ("Q4_0, 4.63 bits/weight"), or
+    /// "safetensors".
+    pub format: String,
 }
 
 impl LoadedModel {
@@ -115,12 +119,18 @@ fn load_gguf(path: &Path, ctx_size: Option<usize>) -> Result<LoadedModel> {
         None => None,
     };
     let file_bytes = f.bytes().as_slice().len() as u64;
+    let h = &f.header;
+    let format = match (h.dominant_matmul_type(), h.bits_per_weight()) {
+        (Some(t), Some(b)) => format!("{}, {b:.2} bits/weight", t.name()),
+        _ => "GGUF".to_owned(),
+    };
     Ok(LoadedModel {
         model,
         tokenizer,
         template,
         name: f.name,
         file_bytes,
+        format,
     })
 }
 
@@ -194,5 +204,6 @@ fn load_hf_dir(dir: &Path, ctx_size: Option<usize>) -> Result<LoadedModel> {
         template,
         name,
         file_bytes,
+        format: "safetensors".to_owned(),
     })
 }

@@ -168,6 +168,7 @@ impl Backend {
         let ec = EngineConfig::for_model(&lm.model, &opts);
         let layers = lm.model.config.n_layers;
         let arch = lm.model.config.arch.name();
+        let (file_bytes, format) = (lm.file_bytes, lm.format.clone());
         let tokenizer = Arc::new(lm.tokenizer);
         let engine =
             Engine::start(Arc::new(lm.model), tokenizer.clone(), ec).map_err(Error::Engine)?;
@@ -204,7 +205,8 @@ impl Backend {
         let mut b = Backend::new(engine, tokenizer, template, model_id);
         b.info.path = Some(path.display().to_string());
         b.info.arch = Some(arch.into());
-        b.info.file_mb = Some(lm.file_bytes as f64 / 1e6);
+        b.info.file_mb = Some(file_bytes as f64 / 1e6);
+        b.info.format = Some(format);
         b.info.layers = Some(layers);
         b.info.speculation = speculation;
         Ok(b)

@@ -24,6 +24,9 @@ pub struct ModelInfo {
     pub arch: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub file_mb: Option<f64>,
+    /// How the weights are stored (quantization and bits per weight).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub format: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub layers: Option<usize>,
     pub context_length: usize,

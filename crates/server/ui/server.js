@@ -73,7 +73,7 @@ function card(info) {
     ["Model", info.model],
     ["File", info.path],
     ["Architecture", info.arch],
-    ["Weights", info.file_mb != null ? `${info.file_mb.toFixed(1)} MB` : null],
+    ["Weights", info.file_mb != null ? `${info.file_mb.toFixed(1)} MB` + (info.format ? ` (${info.format})` : "") : null],
     ["Layers", info.layers],
     ["Context", info.context_length != null ? `${info.context_length} tokens` : null],
     ["KV cache", info.kv_tokens != null ? `${info.kv_tokens} tokens, ${info.kv_type}, ${info.kv_bytes_per_token} bytes/token` : null],

@@ -216,31 +216,16 @@ fn from_gguf(path: &Path) -> Result<Source> {
         m.experts = moe.n_experts as u64;
         m.active_experts = moe.top_k as u64;
     }
-    let (bytes, elements) = h.tensors.iter().fold((0usize, 0usize), |(b, e), t| {
-        (b + t.n_bytes, e + t.n_elements())
-    });
-    // The type most of the per-layer matmul bytes are stored in.
-    let mut by_type: Vec<(GgmlType, usize)> = Vec::new();
-    for t in h
-        .tensors
-        .iter()
-        .filter(|t| t.dims.len() == 2 && t.name.starts_with("blk."))
-    {
-        match by_type.iter_mut().find(|(ty, _)| *ty == t.ty) {
-            Some((_, b)) => *b += t.n_bytes,
-            None => by_type.push((t.ty, t.n_bytes)),
-        }
-    }
-    let ggml_type = by_type.iter().max_by_key(|(_, b)| *b).map(|(t, _)| *t);
+    let ggml_type = h.dominant_matmul_type();
     let label = match ggml_type {
         Some(t) => format!("{} (file)", t.name().to_ascii_lowercase()),
         None => "file".to_owned(),
     };
     Ok(Source {
         model: m,
-        weights: (elements > 0).then(|| DType {
+        weights: h.bits_per_weight().map(|bits| DType {
             name: Cow::Owned(label),
-            bits: bytes as f64 * 8.0 / elements as f64,
+            bits,
         }),
         ggml_type,
     })

@@ -115,6 +115,32 @@ impl GgufHeader {
         self.tensor_index.get(name).map(|&i| &self.tensors[i])
     }
 
+    /// The type most of the per-layer matrices' bytes are stored in (what a
+    /// file's quantization is called by: Q4_0 for a Q4_0 file whose
+    /// embeddings are Q6_K), if it has per-layer matrices.
+    pub fn dominant_matmul_type(&self) -> Option<GgmlType> {
+        let mut by_type: Vec<(GgmlType, usize)> = Vec::new();
+        for t in self
+            .tensors
+            .iter()
+            .filter(|t| t.dims.len() == 2 && t.name.starts_with("blk."))
+        {
+            match by_type.iter_mut().find(|(ty, _)| *ty == t.ty) {
+                Some((_, b)) => *b += t.n_bytes,
+                None => by_type.push((t.ty, t.n_bytes)),
+            }
+        }
+        by_type.iter().max_by_key(|(_, b)| *b).map(|(t, _)| *t)
+    }
+
+    /// Bits per weight over every tensor (bytes * 8 / elements), if any.
+    pub fn bits_per_weight(&self) -> Option<f64> {
+        let (bytes, elements) = self.tensors.iter().fold((0usize, 0usize), |(b, e), t| {
+            (b + t.n_bytes, e + t.n_elements())
+        });
+        (elements > 0).then(|| bytes as f64 * 8.0 / elements as f64)
+    }
+
     /// Parses the header of a whole GGUF file held in `data`. `file` names
     /// the source in errors. Tensor ranges are checked against `data.len()`.
     pub fn parse(data: &[u8], file: &str) -> Result<Self> {
