@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# End-to-end tests of `hasten serve` with the official `openai` Python
-# package, plus the README's curl examples, against real servers on
+# End-to-end tests of `hasten serve` with the official `openai` and
+# `anthropic` Python packages, plus the README's curl examples, against real servers on
 # loopback ports. Installs the package into a virtualenv under target/.
 # Usage: scripts/test-openai.sh   (HASTEN_TESTDATA as for cargo test)
 set -euo pipefail
@@ -14,12 +14,12 @@ if [ ! -x "$venv/bin/python" ]; then
     # No venv module (Debian without python3-venv): a plain target folder.
     rm -rf "$venv"
     mkdir -p "$venv/bin"
-    python3 -m pip install --quiet --disable-pip-version-check --target "$venv/lib" "openai>=1.50,<3" "jsonschema>=4,<5"
+    python3 -m pip install --quiet --disable-pip-version-check --target "$venv/lib" "openai>=1.50,<3" "anthropic>=0.40,<1" "jsonschema>=4,<5"
     printf '#!/bin/sh\nPYTHONPATH="%s/lib" exec python3 "$@"\n' "$root/$venv" >"$venv/bin/python"
     chmod +x "$venv/bin/python"
   }
 fi
-[ -x "$venv/bin/pip" ] && "$venv/bin/pip" install --quiet --disable-pip-version-check "openai>=1.50,<3" "jsonschema>=4,<5"
+[ -x "$venv/bin/pip" ] && "$venv/bin/pip" install --quiet --disable-pip-version-check "openai>=1.50,<3" "anthropic>=0.40,<1" "jsonschema>=4,<5"
 
 # The test profile (optimized, see Cargo.toml) shares `cargo test`'s build.
 cargo build --profile test --quiet -p hasten
@@ -35,4 +35,5 @@ export HASTEN_TEST_PKI=$work/pki
 cargo run --profile test --quiet -p hasten-server --example test_certs -- "$HASTEN_TEST_PKI"
 
 "$venv/bin/python" tests/openai/test_openai.py
+PYTHONPATH=tests/openai "$venv/bin/python" tests/openai/test_anthropic.py
 OPENAI_PYTHON=$root/$venv/bin/python bash tests/openai/readme-curl.sh

@@ -7,10 +7,11 @@
 //! not model land in each request's `extra` map, so the server can refuse
 //! the ones that would change the result instead of ignoring them.
 //!
-//! Modules: [`chat`] (`/v1/chat/completions`), [`completions`]
+//! Modules: [`anthropic`] (`/v1/messages`), [`chat`] (`/v1/chat/completions`), [`completions`]
 //! (`/v1/completions`), and this file's shared parts: errors, usage, the
 //! `timing` extension, models, tokenize.
 
+pub mod anthropic;
 pub mod chat;
 pub mod completions;
 

@@ -13,6 +13,7 @@
 //! [`ui`] (the web page and `/info`).
 
 pub mod answer;
+pub mod anthropic;
 pub mod error;
 pub mod format;
 pub mod listen;

@@ -74,6 +74,8 @@ pub async fn api_key(State(st): State<AppState>, req: Request, next: Next) -> Re
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
+        // Anthropic's clients send the key as `x-api-key`.
+        .or_else(|| req.headers().get("x-api-key").and_then(|v| v.to_str().ok()))
         .unwrap_or("")
         .trim();
     let mut ok = false;

@@ -55,8 +55,20 @@ pub fn router(st: AppState) -> Router {
             .route("/ui/{*path}", get(crate::ui::file));
     }
     let open = open.route_layer(from_fn_with_state(st.clone(), middleware::count));
+    // Anthropic's Messages API: the same layers, errors in its shape.
+    let messages = Router::new()
+        .route("/v1/messages", post(crate::anthropic::messages))
+        .route(
+            "/v1/messages/count_tokens",
+            post(crate::anthropic::count_tokens),
+        )
+        .route_layer(from_fn_with_state(st.clone(), middleware::body_deadline))
+        .route_layer(from_fn_with_state(st.clone(), middleware::api_key))
+        .route_layer(axum::middleware::map_response(crate::anthropic::errors))
+        .route_layer(from_fn_with_state(st.clone(), middleware::count));
     let mut app = api
         .merge(open)
+        .merge(messages)
         .fallback(not_found)
         .method_not_allowed_fallback(|| async { Error::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(
@@ -101,7 +113,7 @@ async fn not_found() -> Error {
 pub const MAX_BODY_CAP: usize = 64 << 20;
 
 /// Parses a JSON body; errors name the offending field's path.
-fn parse<T: DeserializeOwned>(
+pub(crate) fn parse<T: DeserializeOwned>(
     body: std::result::Result<Bytes, BytesRejection>,
     limit: usize,
 ) -> Result<T> {
@@ -253,7 +265,7 @@ async fn complete<R: DeserializeOwned + Send + 'static>(
     run(st, b, rid, kind, (plan, reqs), n_per_prompt).await
 }
 
-async fn chat(
+pub(crate) async fn chat(
     State(st): State<AppState>,
     Extension(rid): Extension<RequestId>,
     body: std::result::Result<Bytes, BytesRejection>,
@@ -481,7 +493,7 @@ async fn model(State(st): State<AppState>, Path(id): Path<String>) -> Result<Jso
     Ok(Json(card(&b)))
 }
 
-async fn tokenize(
+pub(crate) async fn tokenize(
     State(st): State<AppState>,
     body: std::result::Result<Bytes, BytesRejection>,
 ) -> Result<Json<TokenizeResponse>> {
