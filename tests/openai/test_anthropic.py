@@ -72,6 +72,12 @@ class Messages(unittest.TestCase):
         m = c.messages.create(model="tiny", max_tokens=40, temperature=0, system="Be brief.", messages=MSG,
                               stop_sequences=[stop])
         self.assertEqual(m.content[0].text, text[: text.index(stop)])
+        self.assertEqual(m.stop_reason, "stop_sequence")
+        self.assertEqual(m.stop_sequence, stop)
+        with c.messages.stream(model="tiny", max_tokens=40, temperature=0, system="Be brief.", messages=MSG,
+                               stop_sequences=[stop]) as s:
+            final = s.get_final_message()
+        self.assertEqual((final.stop_reason, final.stop_sequence), ("stop_sequence", stop))
 
     def test_count_tokens_is_the_prompt(self):
         c = client(SERVER)

@@ -54,8 +54,8 @@ pub struct Seq {
     first_token: Option<Instant>,
     last_token: Option<Instant>,
     preemptions: u32,
-    /// The output ended at a stop string (its text is not shown).
-    stop_string_seen: bool,
+    /// The stop string the output ended at (its text is not shown).
+    stop_string: Option<String>,
     /// Token events held for a `deliver_at_end` request.
     held: Vec<Event>,
     /// The request's grammar, followed token by token.
@@ -103,7 +103,7 @@ impl Seq {
             first_token: None,
             last_token: None,
             preemptions: 0,
-            stop_string_seen: false,
+            stop_string: None,
             held: Vec::new(),
             mask: None,
             draft: Vec::new(),
@@ -720,7 +720,7 @@ impl Core {
     fn finish(&mut self, mut seq: Seq, reason: FinishReason, now: Instant) {
         // A stop string ends the text where it starts; any other end releases
         // what was held back (an incomplete character or stop-string prefix).
-        let text = if seq.stop_string_seen {
+        let text = if seq.stop_string.is_some() {
             String::new()
         } else {
             held_text(&mut seq)
@@ -737,6 +737,7 @@ impl Core {
             drafted_tokens: seq.drafted,
             accepted_tokens: seq.accepted,
             output_tokens: seq.generated,
+            stop: seq.stop_string.take(),
             timing,
         };
         {

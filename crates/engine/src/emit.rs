@@ -64,7 +64,7 @@ pub(super) fn emit_token(
         bytes
     };
     let shown = s.stops.push(&s.detok.push(bytes));
-    s.stop_string_seen = shown.stopped;
+    s.stop_string = shown.stop.clone();
     let logprobs = dist.map(|((lse, top), raw)| TokenLogprobs {
         logprob: raw[t as usize] - lse,
         top,
@@ -95,7 +95,9 @@ pub(super) fn held_text(s: &mut Seq) -> String {
     let rest = s.detok.flush();
     let tail = s.stops.push(&rest);
     let mut text = tail.text;
-    if !tail.stopped {
+    if tail.stopped {
+        s.stop_string = tail.stop;
+    } else {
         text.push_str(&s.stops.finish());
     }
     text

@@ -224,6 +224,9 @@ pub struct Finish {
     /// Speculative decoding: tokens drafted for this request, and accepted.
     pub drafted_tokens: usize,
     pub accepted_tokens: usize,
+    /// The stop string that ended the output, if one did (vLLM's
+    /// `stop_reason`).
+    pub stop: Option<String>,
     pub timing: Timing,
 }
 

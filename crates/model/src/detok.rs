@@ -74,6 +74,8 @@ pub struct StopOutput {
     pub text: String,
     /// A stop string was found; `text` ends right before it.
     pub stopped: bool,
+    /// Which stop string (the one that starts first).
+    pub stop: Option<String>,
 }
 
 impl StopMatcher {
@@ -91,19 +93,22 @@ impl StopMatcher {
             return StopOutput {
                 text: std::mem::take(&mut self.held),
                 stopped: false,
+                stop: None,
             };
         }
         let first = self
             .stops
             .iter()
-            .filter_map(|s| self.held.find(s.as_str()))
-            .min();
-        if let Some(i) = first {
+            .filter_map(|s| self.held.find(s.as_str()).map(|i| (i, s)))
+            .min_by_key(|&(i, _)| i);
+        if let Some((i, s)) = first {
+            let stop = Some(s.clone());
             let text = self.held[..i].to_owned();
             self.held.clear();
             return StopOutput {
                 text,
                 stopped: true,
+                stop,
             };
         }
         // Hold back the longest suffix that is a proper prefix of a stop string.
@@ -123,6 +128,7 @@ impl StopMatcher {
         StopOutput {
             text,
             stopped: false,
+            stop: None,
         }
     }
 
@@ -191,7 +197,8 @@ mod tests {
             m.push("xbbya"),
             StopOutput {
                 text: "x".into(),
-                stopped: true
+                stopped: true,
+                stop: Some("bb".into()),
             }
         );
     }

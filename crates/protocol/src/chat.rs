@@ -128,6 +128,9 @@ pub struct ChatChoice {
     pub message: AssistantMessage,
     pub logprobs: Option<ChatLogprobs>,
     pub finish_reason: Option<String>,
+    /// Extension (as vLLM): the stop string that ended the answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -182,6 +185,9 @@ pub struct ChunkChoice {
     pub delta: Delta,
     pub logprobs: Option<ChatLogprobs>,
     pub finish_reason: Option<String>,
+    /// Extension (as vLLM): the stop string that ended the answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -308,8 +308,11 @@ fn message_of(c: &ChatCompletion, id: String) -> MessageResponse {
         role: "assistant".into(),
         model: c.model.clone(),
         content,
-        stop_reason: stop_reason(choice.and_then(|c| c.finish_reason.as_deref())).map(Into::into),
-        stop_sequence: None,
+        stop_reason: match choice.and_then(|c| c.stop_reason.as_ref()) {
+            Some(_) => Some("stop_sequence".into()),
+            None => stop_reason(choice.and_then(|c| c.finish_reason.as_deref())).map(Into::into),
+        },
+        stop_sequence: choice.and_then(|c| c.stop_reason.clone()),
         usage: usage(&c.usage),
     }
 }
@@ -361,6 +364,8 @@ struct StreamConv {
     open: Option<(usize, &'static str)>,
     next: usize,
     stop: Option<&'static str>,
+    /// The stop sequence that ended the answer.
+    stop_sequence: Option<String>,
     output_tokens: u64,
 }
 
@@ -376,6 +381,7 @@ impl StreamConv {
             open: None,
             next: 0,
             stop: None,
+            stop_sequence: None,
             output_tokens: 0,
         }
     }
@@ -414,7 +420,7 @@ impl StreamConv {
             self.close(&mut out);
             out.push_str(&event("message_delta", json!({
                 "type": "message_delta",
-                "delta": {"stop_reason": self.stop.unwrap_or("end_turn"), "stop_sequence": null},
+                "delta": {"stop_reason": self.stop.unwrap_or("end_turn"), "stop_sequence": self.stop_sequence},
                 "usage": {"output_tokens": self.output_tokens},
             })));
             out.push_str(&event("message_stop", json!({"type": "message_stop"})));
@@ -512,6 +518,10 @@ impl StreamConv {
         }
         if let Some(f) = ch.get("finish_reason").and_then(|v| v.as_str()) {
             self.stop = stop_reason(Some(f));
+        }
+        if let Some(s) = ch.get("stop_reason").and_then(|v| v.as_str()) {
+            self.stop = Some("stop_sequence");
+            self.stop_sequence = Some(s.to_owned());
         }
         out
     }

@@ -240,11 +240,13 @@ impl StreamEncoder {
                     out.push(self.content(i, &f.text, None));
                 }
                 let timing = Some(timing_of(&f));
-                let reason = Some(reason);
                 out.push(match self.kind {
-                    Kind::Chat => self.chat_chunk(i, Delta::default(), None, reason, timing),
+                    Kind::Chat => {
+                        let end = Some((reason, f.stop.clone()));
+                        self.chat_chunk(i, Delta::default(), None, end, timing)
+                    }
                     Kind::Completion => {
-                        self.completion_chunk(i, String::new(), None, reason, timing)
+                        self.completion_chunk(i, String::new(), None, Some(reason), timing)
                     }
                 });
                 self.choices[i].finish = Some(f);
@@ -371,9 +373,11 @@ impl StreamEncoder {
         i: usize,
         delta: Delta,
         logprobs: Option<ChatLogprobs>,
-        finish_reason: Option<String>,
+        // The finish reason and the stop string that ended the answer.
+        end: Option<(String, Option<String>)>,
         timing: Option<Timing>,
     ) -> Frame {
+        let (finish_reason, stop_reason) = end.map_or((None, None), |(r, s)| (Some(r), s));
         Frame::Data(json(&ChatCompletionChunk {
             id: self.head.id.clone(),
             object: "chat.completion.chunk".into(),
@@ -384,6 +388,7 @@ impl StreamEncoder {
                 delta,
                 logprobs,
                 finish_reason,
+                stop_reason,
             }],
             usage: self.running_usage(i),
             timing,
@@ -532,6 +537,7 @@ pub fn chat_response(
             .enumerate()
             .map(|(i, (c, w))| ChatChoice {
                 index: i as u32,
+                stop_reason: c.finish.as_ref().and_then(|f| f.stop.clone()),
                 finish_reason: reason(c).map(|r| answer::finish_reason(&r, !w.calls.is_empty())),
                 message: w.message(),
                 logprobs: (style != LogprobStyle::None).then(|| ChatLogprobs {

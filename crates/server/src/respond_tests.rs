@@ -39,6 +39,7 @@ fn fin(text: &str, out: usize, reason: FinishReason) -> Event {
         output_tokens: out,
         drafted_tokens: 0,
         accepted_tokens: 0,
+        stop: None,
         timing: hasten_engine::Timing {
             received: Instant::now(),
             queue: Duration::from_millis(1),

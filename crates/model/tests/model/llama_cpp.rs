@@ -14,7 +14,7 @@ use hasten_model::gguf::GgufFile;
 use hasten_model::llama::{Model, Naming};
 use hasten_model::sampler::argmax;
 use hasten_model::session::Session;
-use hasten_model::testing::Fixture;
+use hasten_model::testing::{Fixture, RopeScalingFx};
 use hasten_model::tokenizer::Tokenizer;
 use serde_json::Value;
 
@@ -129,7 +129,15 @@ fn check_golden(text: &str) {
             None if args.contains(&"--qwen2") => Arch::Qwen2,
             None => Arch::Llama,
         };
-        let fixture = Fixture::tiny_arch(arch, ty);
+        let mut fixture = Fixture::tiny_arch(arch, ty);
+        // The synth flags a golden fixture was made with, as `hasten synth` reads them.
+        let flag = |f: &str| args.iter().position(|a| *a == f).map(|i| args[i + 1]);
+        if let Some(c) = flag("--context") {
+            fixture.context_length = c.parse().unwrap();
+        }
+        if let Some(r) = flag("--rope-scaling") {
+            fixture.rope_scaling = Some(RopeScalingFx::parse(r).unwrap());
+        }
         let path = dir.path().join(format!("{name}.gguf"));
         fixture.write_gguf(&vocab(), &path).unwrap();
         let f = GgufFile::open(&path).unwrap();
