@@ -14,6 +14,7 @@
 pub mod anthropic;
 pub mod chat;
 pub mod completions;
+pub mod responses;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};

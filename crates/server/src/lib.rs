@@ -21,6 +21,7 @@ pub mod middleware;
 pub mod params;
 pub mod prom;
 pub mod respond;
+pub mod responses;
 pub mod routes;
 pub mod serve;
 pub mod streams;
@@ -231,6 +232,8 @@ pub struct Shared {
     pub unary_disconnects: std::sync::atomic::AtomicU64,
     /// Set on SIGINT/SIGTERM: `/ready` answers 503 while in-flight work drains.
     pub draining: std::sync::atomic::AtomicBool,
+    /// Conversations kept for the Responses API's `previous_response_id`.
+    pub responses: responses::ResponseStore,
 }
 
 pub type AppState = Arc<Shared>;
@@ -246,6 +249,7 @@ impl Shared {
             conns: Default::default(),
             unary_disconnects: Default::default(),
             draining: Default::default(),
+            responses: Default::default(),
         })
     }
 

@@ -35,6 +35,7 @@ pub fn router(st: AppState) -> Router {
     let api = Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
+        .route("/v1/responses", post(crate::responses::responses))
         .route("/v1/models", get(models))
         .route("/v1/models/{id}", get(model))
         .route("/v1/streams/{id}", get(resume))

@@ -1,0 +1,709 @@
+//! OpenAI's Responses API over the chat path, as [`crate::anthropic`] does
+//! for Anthropic's: input items become chat messages (after the stored
+//! conversation of `previous_response_id`), tools, `text.format` and
+//! `reasoning` become their chat fields, and the chat answer or stream
+//! becomes a response object or Responses events (`response.created`,
+//! `response.output_item.added`, `response.output_text.delta`,
+//! `response.function_call_arguments.delta`, ..., `response.completed`).
+//! Conversations are kept in memory, bounded ([`ResponseStore`]).
+
+use crate::error::{Error, Result};
+use crate::middleware::RequestId;
+use crate::AppState;
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::{header, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use futures_util::StreamExt;
+use hasten_protocol::chat::ChatCompletion;
+use hasten_protocol::responses::{Input, Item, MessageContent, ResponsesRequest, TypedItem};
+use serde_json::{json, Value};
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Conversations kept for `previous_response_id`: the newest
+/// [`ResponseStore::CAP`], each for [`ResponseStore::TTL`].
+#[derive(Default)]
+pub struct ResponseStore {
+    kept: Mutex<VecDeque<(String, Instant, Vec<Value>)>>,
+}
+
+impl ResponseStore {
+    pub const CAP: usize = 1024;
+    pub const TTL: Duration = Duration::from_secs(3600);
+
+    fn get(&self, id: &str) -> Option<Vec<Value>> {
+        let kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        kept.iter()
+            .find(|(k, t, _)| k == id && t.elapsed() < Self::TTL)
+            .map(|(_, _, m)| m.clone())
+    }
+
+    fn put(&self, id: String, messages: Vec<Value>) {
+        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        while kept.len() >= Self::CAP
+            || kept
+                .front()
+                .is_some_and(|(_, t, _)| t.elapsed() >= Self::TTL)
+        {
+            kept.pop_front();
+        }
+        kept.push_back((id, Instant::now(), messages));
+    }
+}
+
+/// `POST /v1/responses`.
+pub async fn responses(
+    State(st): State<AppState>,
+    Extension(rid): Extension<RequestId>,
+    body: std::result::Result<Bytes, BytesRejection>,
+) -> Result<Response> {
+    let req: ResponsesRequest = crate::routes::parse(body, st.body_limit())?;
+    let mut history = match &req.previous_response_id {
+        Some(id) => st.responses.get(id).ok_or_else(|| Error::NotFound {
+            message: format!(
+                "no stored response {id} (expired, stored with store: false, or never made)"
+            ),
+            code: "previous_response_not_found",
+        })?,
+        None => Vec::new(),
+    };
+    history.extend(input_messages(&req.input)?);
+    let mut messages = Vec::new();
+    if let Some(i) = &req.instructions {
+        messages.push(json!({"role": "system", "content": i}));
+    }
+    messages.extend(history.iter().cloned());
+    let chat = chat_body(&req, messages)?;
+    let stream = req.stream.unwrap_or(false);
+    let id = format!("resp_{}", rid.0);
+    let echo = Echo::of(&req);
+    let bytes = Bytes::from(serde_json::to_vec(&chat).map_err(|e| Error::Internal(e.to_string()))?);
+    let resp = crate::routes::chat(State(st.clone()), Extension(rid), Ok(bytes)).await?;
+    if !resp.status().is_success() {
+        return Ok(resp);
+    }
+    let keep = req.store != Some(false);
+    if stream {
+        return Ok(stream_response(
+            resp,
+            Conv::new(id, echo),
+            move |id, items| {
+                if keep {
+                    st.responses
+                        .put(id, [history, vec![assistant_message(items)]].concat());
+                }
+            },
+        ));
+    }
+    let body = axum::body::to_bytes(resp.into_body(), usize::MAX)
+        .await
+        .map_err(|e| Error::Internal(format!("reading the chat answer: {e}")))?;
+    let c: ChatCompletion = serde_json::from_slice(&body)
+        .map_err(|e| Error::Internal(format!("the chat answer: {e}")))?;
+    let items = output_items(&c);
+    if keep {
+        history.push(assistant_message(&items));
+        st.responses.put(id.clone(), history);
+    }
+    let ch = c.choices.first();
+    let usage = usage_json(
+        c.usage.prompt_tokens,
+        cached(&c.usage),
+        c.usage.completion_tokens,
+        reasoning(&c.usage),
+    );
+    let finish = ch.and_then(|c| c.finish_reason.clone());
+    Ok(Json(echo.response(
+        &id,
+        "completed",
+        &c.model,
+        items,
+        Some(usage),
+        finish.as_deref(),
+    ))
+    .into_response())
+}
+
+fn cached(u: &hasten_protocol::Usage) -> u64 {
+    u.prompt_tokens_details
+        .as_ref()
+        .map_or(0, |d| d.cached_tokens)
+}
+
+fn reasoning(u: &hasten_protocol::Usage) -> u64 {
+    u.completion_tokens_details
+        .as_ref()
+        .map_or(0, |d| d.reasoning_tokens)
+}
+
+fn usage_json(input: u64, cached: u64, output: u64, reasoning: u64) -> Value {
+    json!({
+        "input_tokens": input, "input_tokens_details": {"cached_tokens": cached},
+        "output_tokens": output, "output_tokens_details": {"reasoning_tokens": reasoning},
+        "total_tokens": input + output,
+    })
+}
+
+/// The input as chat messages (system/developer, user, assistant with
+/// calls, tool results).
+fn input_messages(input: &Input) -> Result<Vec<Value>> {
+    let items = match input {
+        Input::Text(t) => return Ok(vec![json!({"role": "user", "content": t})]),
+        Input::Items(v) => v,
+    };
+    let mut out: Vec<Value> = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let at = format!("input[{i}]");
+        let typed = match item {
+            Item::Typed(t) => t.clone(),
+            Item::Message(m) => TypedItem::Message(m.clone()),
+        };
+        match typed {
+            TypedItem::Message(m) => {
+                let text = match &m.content {
+                    MessageContent::Text(t) => t.clone(),
+                    MessageContent::Parts(parts) => parts
+                        .iter()
+                        .map(|p| match (p.kind.as_str(), &p.text) {
+                            ("input_text" | "output_text" | "text", Some(t)) => Ok(t.as_str()),
+                            (k, _) => Err(Error::bad(
+                                format!("{at}.content: {k} parts are not supported"),
+                                &at,
+                            )),
+                        })
+                        .collect::<Result<Vec<_>>>()?
+                        .join("\n"),
+                };
+                let role = match m.role.as_str() {
+                    "developer" | "system" => "system",
+                    "user" => "user",
+                    "assistant" => "assistant",
+                    r => {
+                        return Err(Error::bad(
+                            format!("{at}.role: {r:?} is not user, assistant, system or developer"),
+                            &at,
+                        ))
+                    }
+                };
+                out.push(json!({"role": role, "content": text}));
+            }
+            TypedItem::FunctionCall {
+                call_id,
+                name,
+                arguments,
+                ..
+            } => {
+                let call = json!({"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}});
+                // Calls made in one turn join that turn's assistant message.
+                match out.last_mut() {
+                    Some(last) if last["role"] == "assistant" => {
+                        let calls = last
+                            .as_object_mut()
+                            .expect("an object")
+                            .entry("tool_calls")
+                            .or_insert(json!([]));
+                        calls.as_array_mut().expect("a list").push(call);
+                    }
+                    _ => {
+                        out.push(json!({"role": "assistant", "content": "", "tool_calls": [call]}))
+                    }
+                }
+            }
+            TypedItem::FunctionCallOutput {
+                call_id, output, ..
+            } => {
+                let text = match output {
+                    Value::String(s) => s,
+                    v => v.to_string(),
+                };
+                out.push(json!({"role": "tool", "tool_call_id": call_id, "content": text}));
+            }
+            TypedItem::Reasoning { .. } => {}
+        }
+    }
+    Ok(out)
+}
+
+fn chat_body(req: &ResponsesRequest, messages: Vec<Value>) -> Result<Value> {
+    let mut chat = json!({"messages": messages});
+    let o = chat.as_object_mut().expect("an object");
+    if let Some(m) = &req.model {
+        o.insert("model".into(), json!(m));
+    }
+    if let Some(n) = req.max_output_tokens {
+        o.insert("max_tokens".into(), json!(n));
+    }
+    for (k, v) in [("temperature", req.temperature), ("top_p", req.top_p)] {
+        if let Some(v) = v {
+            o.insert(k.into(), json!(v));
+        }
+    }
+    if let Some(p) = req.parallel_tool_calls {
+        o.insert("parallel_tool_calls".into(), json!(p));
+    }
+    if let Some(ts) = &req.tools {
+        let mut list = Vec::new();
+        for (i, t) in ts.iter().enumerate() {
+            let name = match (t.kind.as_str(), &t.name) {
+                ("function", Some(n)) => n,
+                ("function", None) => {
+                    return Err(Error::bad(
+                        format!("tools[{i}].name: required"),
+                        &format!("tools[{i}].name"),
+                    ))
+                }
+                (k, _) => {
+                    return Err(Error::bad(
+                        format!("tools[{i}]: {k} tools are not supported (function tools are)"),
+                        &format!("tools[{i}].type"),
+                    ))
+                }
+            };
+            let mut f = json!({"name": name, "parameters": t.parameters.clone().unwrap_or(json!({"type": "object"}))});
+            if let Some(d) = &t.description {
+                f["description"] = json!(d);
+            }
+            if let Some(s) = t.strict {
+                f["strict"] = json!(s);
+            }
+            list.push(json!({"type": "function", "function": f}));
+        }
+        if !list.is_empty() {
+            o.insert("tools".into(), json!(list));
+        }
+    }
+    if let Some(c) = &req.tool_choice {
+        let c = match c {
+            Value::Object(m) if m.get("type").and_then(|t| t.as_str()) == Some("function") => {
+                json!({"type": "function", "function": {"name": m.get("name").cloned().unwrap_or(Value::Null)}})
+            }
+            c => c.clone(),
+        };
+        o.insert("tool_choice".into(), c);
+    }
+    if let Some(f) = req.text.as_ref().and_then(|t| t.get("format")) {
+        let rf = match f.get("type").and_then(|t| t.as_str()) {
+            Some("text") | None => None,
+            Some("json_object") => Some(json!({"type": "json_object"})),
+            Some("json_schema") => Some(json!({"type": "json_schema", "json_schema": {
+                "name": f.get("name").cloned().unwrap_or(json!("response")),
+                "schema": f.get("schema").cloned().unwrap_or(json!({})),
+                "strict": f.get("strict").cloned().unwrap_or(json!(false)),
+            }})),
+            Some(k) => {
+                return Err(Error::bad(
+                    format!("text.format.type: {k} is not text, json_object or json_schema"),
+                    "text.format.type",
+                ))
+            }
+        };
+        if let Some(rf) = rf {
+            o.insert("response_format".into(), rf);
+        }
+    }
+    if let Some(e) = req
+        .reasoning
+        .as_ref()
+        .and_then(|r| r.get("effort"))
+        .and_then(|e| e.as_str())
+    {
+        o.insert(
+            "chat_template_kwargs".into(),
+            json!({"enable_thinking": e != "none"}),
+        );
+    }
+    if req.stream == Some(true) {
+        o.insert("stream".into(), json!(true));
+        o.insert("stream_options".into(), json!({"include_usage": true}));
+    }
+    Ok(chat)
+}
+
+/// The chat answer's output items: reasoning, the message, function calls.
+fn output_items(c: &ChatCompletion) -> Vec<Value> {
+    let mut items = Vec::new();
+    let Some(ch) = c.choices.first() else {
+        return items;
+    };
+    let m = &ch.message;
+    if let Some(r) = m.reasoning_content.as_deref().filter(|r| !r.is_empty()) {
+        items.push(reasoning_item(0, r));
+    }
+    let calls = m.tool_calls.as_deref().unwrap_or_default();
+    let text = m.content.clone().unwrap_or_default();
+    if !text.is_empty() || calls.is_empty() {
+        items.push(message_item(items.len(), &text, "completed"));
+    }
+    for call in calls {
+        items.push(call_item(
+            items.len(),
+            &call.id,
+            &call.function.name,
+            &call.function.arguments,
+            "completed",
+        ));
+    }
+    items
+}
+
+fn reasoning_item(i: usize, text: &str) -> Value {
+    json!({"type": "reasoning", "id": format!("rs_{i}"), "summary": [], "content": [{"type": "reasoning_text", "text": text}]})
+}
+
+fn message_item(i: usize, text: &str, status: &str) -> Value {
+    json!({"type": "message", "id": format!("msg_{i}"), "status": status, "role": "assistant",
+           "content": [{"type": "output_text", "text": text, "annotations": []}]})
+}
+
+fn call_item(i: usize, call_id: &str, name: &str, arguments: &str, status: &str) -> Value {
+    json!({"type": "function_call", "id": format!("fc_{i}"), "call_id": call_id, "name": name,
+           "arguments": arguments, "status": status})
+}
+
+/// The assistant turn the output items make, for the stored conversation.
+fn assistant_message(items: &[Value]) -> Value {
+    let text: String = items
+        .iter()
+        .filter(|i| i["type"] == "message")
+        .filter_map(|i| i["content"][0]["text"].as_str())
+        .collect();
+    let calls: Vec<Value> = items
+        .iter()
+        .filter(|i| i["type"] == "function_call")
+        .map(|i| json!({"id": i["call_id"], "type": "function", "function": {"name": i["name"], "arguments": i["arguments"]}}))
+        .collect();
+    let mut m = json!({"role": "assistant", "content": text});
+    if !calls.is_empty() {
+        m["tool_calls"] = json!(calls);
+    }
+    m
+}
+
+/// What a response object repeats of its request.
+#[derive(Clone)]
+struct Echo(Value);
+
+impl Echo {
+    fn of(r: &ResponsesRequest) -> Echo {
+        Echo(json!({
+            "instructions": r.instructions, "max_output_tokens": r.max_output_tokens,
+            "parallel_tool_calls": r.parallel_tool_calls.unwrap_or(true),
+            "previous_response_id": r.previous_response_id, "temperature": r.temperature,
+            "top_p": r.top_p, "tool_choice": r.tool_choice.clone().unwrap_or(json!("auto")),
+            "tools": r.tools.clone().unwrap_or_default(), "store": r.store.unwrap_or(true),
+            "metadata": r.metadata.clone().unwrap_or(json!({})),
+            "text": r.text.clone().unwrap_or(json!({"format": {"type": "text"}})),
+            "reasoning": r.reasoning.clone().unwrap_or(json!({"effort": null, "summary": null})),
+        }))
+    }
+
+    /// The response object; a `length` finish makes it incomplete.
+    fn response(
+        &self,
+        id: &str,
+        status: &str,
+        model: &str,
+        output: Vec<Value>,
+        usage: Option<Value>,
+        finish: Option<&str>,
+    ) -> Value {
+        let mut r = self.0.clone();
+        let (status, incomplete) = match (status, finish) {
+            ("completed", Some("length")) => ("incomplete", json!({"reason": "max_output_tokens"})),
+            (s, _) => (s, Value::Null),
+        };
+        let o = r.as_object_mut().expect("an object");
+        for (k, v) in [
+            ("id", json!(id)),
+            ("object", json!("response")),
+            ("created_at", json!(crate::unix_now())),
+            ("status", json!(status)),
+            ("error", Value::Null),
+            ("incomplete_details", incomplete),
+            ("model", json!(model)),
+            ("output", json!(output)),
+            ("usage", usage.unwrap_or(Value::Null)),
+        ] {
+            o.insert(k.into(), v);
+        }
+        r
+    }
+}
+
+/// The chat SSE stream rewritten as Responses events; `done` gets the
+/// response id and its output items at the end.
+fn stream_response(
+    resp: Response,
+    conv: Conv,
+    done: impl FnOnce(String, &[Value]) + Send + 'static,
+) -> Response {
+    let body = resp.into_body().into_data_stream();
+    let state = (body, String::new(), conv, Some(done));
+    let out = futures_util::stream::unfold(
+        state,
+        |(mut body, mut buf, mut conv, mut done)| async move {
+            loop {
+                if let Some(end) = buf.find("\n\n") {
+                    let frame: String = buf.drain(..end + 2).collect();
+                    let mut text = String::new();
+                    for d in frame.lines().filter_map(|l| l.strip_prefix("data:")) {
+                        text.push_str(&conv.data(d.trim_start()));
+                        if conv.finished {
+                            if let Some(f) = done.take() {
+                                f(conv.id.clone(), &conv.items);
+                            }
+                        }
+                    }
+                    if text.is_empty() {
+                        continue;
+                    }
+                    return Some((
+                        Ok::<_, std::convert::Infallible>(Bytes::from(text)),
+                        (body, buf, conv, done),
+                    ));
+                }
+                match body.next().await {
+                    Some(Ok(chunk)) => buf.push_str(&String::from_utf8_lossy(&chunk)),
+                    _ => return None,
+                }
+            }
+        },
+    );
+    let mut r = Response::new(Body::from_stream(out));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    r
+}
+
+/// One stream's rewriting: the items so far (the last may be open).
+struct Conv {
+    id: String,
+    echo: Echo,
+    model: String,
+    seq: u64,
+    started: bool,
+    finished: bool,
+    items: Vec<Value>,
+    /// The open item's index.
+    open: Option<usize>,
+    finish: Option<String>,
+    usage: Option<Value>,
+}
+
+impl Conv {
+    fn new(id: String, echo: Echo) -> Conv {
+        Conv {
+            id,
+            echo,
+            model: String::new(),
+            seq: 0,
+            started: false,
+            finished: false,
+            items: Vec::new(),
+            open: None,
+            finish: None,
+            usage: None,
+        }
+    }
+
+    fn event(&mut self, kind: &str, mut data: Value) -> String {
+        data["type"] = json!(kind);
+        data["sequence_number"] = json!(self.seq);
+        self.seq += 1;
+        format!("event: {kind}\ndata: {data}\n\n")
+    }
+
+    fn close(&mut self, out: &mut String) {
+        let Some(i) = self.open.take() else { return };
+        let item = &mut self.items[i];
+        item["status"] = json!("completed");
+        let item = item.clone();
+        let id = item["id"].clone();
+        match item["type"].as_str() {
+            Some("message") => {
+                let part = item["content"][0].clone();
+                let text = part["text"].clone();
+                out.push_str(&self.event(
+                    "response.output_text.done",
+                    json!({"item_id": id, "output_index": i, "content_index": 0, "text": text}),
+                ));
+                out.push_str(&self.event(
+                    "response.content_part.done",
+                    json!({"item_id": id, "output_index": i, "content_index": 0, "part": part}),
+                ));
+            }
+            Some("function_call") => {
+                let args = item["arguments"].clone();
+                out.push_str(&self.event(
+                    "response.function_call_arguments.done",
+                    json!({"item_id": id, "output_index": i, "arguments": args}),
+                ));
+            }
+            _ => {}
+        }
+        out.push_str(&self.event(
+            "response.output_item.done",
+            json!({"output_index": i, "item": item}),
+        ));
+    }
+
+    /// Opens `item` (closing the open one) unless an item of its type is open and `force` is off.
+    fn open(&mut self, item: Value, force: bool, out: &mut String) -> usize {
+        if let Some(i) = self.open {
+            if self.items[i]["type"] == item["type"] && !force {
+                return i;
+            }
+        }
+        self.close(out);
+        let i = self.items.len();
+        self.items.push(item.clone());
+        self.open = Some(i);
+        out.push_str(&self.event(
+            "response.output_item.added",
+            json!({"output_index": i, "item": item}),
+        ));
+        if self.items[i]["type"] == "message" {
+            let part = json!({"type": "output_text", "text": "", "annotations": []});
+            out.push_str(&self.event("response.content_part.added", json!({"item_id": self.items[i]["id"], "output_index": i, "content_index": 0, "part": part})));
+        }
+        i
+    }
+
+    fn data(&mut self, d: &str) -> String {
+        let mut out = String::new();
+        if d == "[DONE]" {
+            self.close(&mut out);
+            self.finished = true;
+            let r = self.echo.response(
+                &self.id,
+                "completed",
+                &self.model,
+                self.items.clone(),
+                self.usage.clone(),
+                self.finish.as_deref(),
+            );
+            let kind = if r["status"] == "incomplete" {
+                "response.incomplete"
+            } else {
+                "response.completed"
+            };
+            out.push_str(&self.event(kind, json!({"response": r})));
+            return out;
+        }
+        let Ok(j) = serde_json::from_str::<Value>(d) else {
+            return out;
+        };
+        if let Some(e) = j.get("error") {
+            let msg = e.get("message").and_then(|m| m.as_str()).unwrap_or("error");
+            out.push_str(&self.event("error", json!({"code": "server_error", "message": msg})));
+            return out;
+        }
+        if !self.started {
+            self.started = true;
+            self.model = j["model"].as_str().unwrap_or_default().to_owned();
+            let r =
+                self.echo
+                    .response(&self.id, "in_progress", &self.model, Vec::new(), None, None);
+            out.push_str(&self.event("response.created", json!({"response": r})));
+            out.push_str(&self.event("response.in_progress", json!({"response": r})));
+        }
+        if let Some(u) = j
+            .get("usage")
+            .and_then(|u| serde_json::from_value::<hasten_protocol::Usage>(u.clone()).ok())
+        {
+            self.usage = Some(usage_json(
+                u.prompt_tokens,
+                cached(&u),
+                u.completion_tokens,
+                reasoning(&u),
+            ));
+        }
+        let Some(ch) = j.get("choices").and_then(|c| c.get(0)) else {
+            return out;
+        };
+        let delta = &ch["delta"];
+        if let Some(r) = delta
+            .get("reasoning_content")
+            .and_then(|v| v.as_str())
+            .filter(|s| !s.is_empty())
+        {
+            let i = self.open(reasoning_item(self.items.len(), ""), false, &mut out);
+            let prev = self.items[i]["content"][0]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            self.items[i]["content"][0]["text"] = json!(prev + r);
+            let id = self.items[i]["id"].clone();
+            out.push_str(&self.event(
+                "response.reasoning_text.delta",
+                json!({"item_id": id, "output_index": i, "content_index": 0, "delta": r}),
+            ));
+        }
+        if let Some(t) = delta
+            .get("content")
+            .and_then(|v| v.as_str())
+            .filter(|s| !s.is_empty())
+        {
+            let i = self.open(
+                message_item(self.items.len(), "", "in_progress"),
+                false,
+                &mut out,
+            );
+            let prev = self.items[i]["content"][0]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            self.items[i]["content"][0]["text"] = json!(prev + t);
+            let id = self.items[i]["id"].clone();
+            out.push_str(&self.event("response.output_text.delta", json!({"item_id": id, "output_index": i, "content_index": 0, "delta": t, "logprobs": []})));
+        }
+        for tc in delta
+            .get("tool_calls")
+            .and_then(|v| v.as_array())
+            .into_iter()
+            .flatten()
+        {
+            let f = &tc["function"];
+            if let (Some(id), Some(name)) = (
+                tc.get("id").and_then(|v| v.as_str()),
+                f.get("name").and_then(|v| v.as_str()),
+            ) {
+                let item = call_item(self.items.len(), id, name, "", "in_progress");
+                self.open(item, true, &mut out);
+            }
+            if let (Some(a), Some(i)) = (
+                f.get("arguments")
+                    .and_then(|v| v.as_str())
+                    .filter(|s| !s.is_empty()),
+                self.open,
+            ) {
+                let prev = self.items[i]["arguments"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                self.items[i]["arguments"] = json!(prev + a);
+                let id = self.items[i]["id"].clone();
+                out.push_str(&self.event(
+                    "response.function_call_arguments.delta",
+                    json!({"item_id": id, "output_index": i, "delta": a}),
+                ));
+            }
+        }
+        if let Some(f) = ch.get("finish_reason").and_then(|v| v.as_str()) {
+            self.finish = Some(f.to_owned());
+            // A finished answer with no item still has its (empty) message.
+            if self.items.is_empty() {
+                self.open(message_item(0, "", "in_progress"), false, &mut out);
+            }
+        }
+        out
+    }
+}
