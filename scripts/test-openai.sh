@@ -37,4 +37,5 @@ cargo run --profile test --quiet -p hasten-server --example test_certs -- "$HAST
 "$venv/bin/python" tests/openai/test_openai.py
 PYTHONPATH=tests/openai "$venv/bin/python" tests/openai/test_anthropic.py
 PYTHONPATH=tests/openai "$venv/bin/python" tests/openai/test_responses.py
+PYTHONPATH=tests/openai "$venv/bin/python" tests/openai/test_embeddings.py
 OPENAI_PYTHON=$root/$venv/bin/python bash tests/openai/readme-curl.sh

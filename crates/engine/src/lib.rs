@@ -266,6 +266,8 @@ pub struct Engine {
     in_flight: Arc<AtomicUsize>,
     /// Retry times told to refused requests.
     promises: Mutex<forecast::Promises>,
+    /// The model the engine runs (shared: embeddings run it beside the engine).
+    model: Arc<Model>,
     /// The vocabulary grammars are compiled against, made at the first
     /// request with a grammar (a trie over the vocabulary: tens of ms).
     grammars: std::sync::OnceLock<std::result::Result<constraint::Grammars, String>>,
@@ -339,6 +341,7 @@ impl Engine {
         let flight = in_flight.clone();
         let (m2, s2, c2) = (metrics.clone(), shared.clone(), cfg.clone());
         let tok2 = tokenizer.clone();
+        let model2 = model.clone();
         let seed = blocks::chain_hash(0, &[limits.vocab_size as u32]);
         let tier = match &cfg.prefix_disk {
             Some(d) => Some(open_disk_tier(d, &model, &cfg, tx.clone())?),
@@ -349,7 +352,7 @@ impl Engine {
             .name("hasten-engine".into())
             .spawn(move || {
                 // The block pool is single-threaded (`Rc`): build the core on its thread.
-                let mut core = core::Core::new(model, tok2, c2, m2, s2, seed);
+                let mut core = core::Core::new(model2, tok2, c2, m2, s2, seed);
                 if let Some(t) = tier {
                     core.attach_disk(t);
                 }
@@ -371,7 +374,13 @@ impl Engine {
             grammars: Default::default(),
             tokenizer,
             disk_at_start,
+            model,
         })
+    }
+
+    /// The model the engine runs.
+    pub fn model(&self) -> &Arc<Model> {
+        &self.model
     }
 
     /// The prefix cache's disk tier as the engine found it at start

@@ -54,6 +54,10 @@ pub struct Config {
     pub swa: Option<Swa>,
     /// Mixture-of-experts FFNs (every layer), if the model has them.
     pub moe: Option<Moe>,
+    /// How the file says its hidden states pool into one embedding
+    /// (GGUF `{arch}.pooling_type`, llama.cpp's numbers: 0 none, 1 mean,
+    /// 2 CLS, 3 last, 4 rank), if it says.
+    pub pooling_type: Option<usize>,
 }
 
 /// Sliding-window attention: the listed layers see the last `window`
@@ -390,6 +394,7 @@ impl Config {
                 (None, _) => None,
             };
         Config {
+            pooling_type: opt_usize(h, file, &k("pooling_type"))?,
             arch,
             vocab_size: opt_usize(h, file, &k("vocab_size"))?.unwrap_or(vocab_fallback),
             dim,

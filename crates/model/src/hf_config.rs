@@ -120,6 +120,7 @@ impl Config {
         }
         let swa = hf_swa(&c, arch, rope_base, freq_scale);
         Config {
+            pooling_type: None,
             arch,
             vocab_size: c.vocab_size,
             dim: c.hidden_size,

@@ -11,6 +11,7 @@ pub mod arch;
 pub mod chat;
 pub mod config;
 pub mod detok;
+pub mod embed;
 pub mod error;
 pub mod fuzz;
 pub mod gguf;

@@ -576,10 +576,7 @@ impl Model {
             embed.dequantize_row(tok as usize, row)?;
             scale_rows(row, sc.embedding);
         }
-        for (li, layer) in self.layers.iter().enumerate() {
-            self.attention(li, layer, batch, kv, s, threads)?;
-            self.feed_forward(layer, t, s, threads)?;
-        }
+        self.layers_of(batch, kv, s, threads)?;
         // Logits for the last `logits` new tokens of each sequence.
         let x = &s.x[..t * dim];
         let mut n = 0;
@@ -605,6 +602,47 @@ impl Model {
             }
         }
         Ok(logits)
+    }
+
+    /// Every layer over the batch's new tokens, whose embeddings are in
+    /// `s.x` (and the token positions in `s.tok`).
+    fn layers_of(
+        &self,
+        batch: &[SeqBatch<'_>],
+        kv: &mut KvCache,
+        s: &mut Scratch,
+        threads: Threads,
+    ) -> Result<()> {
+        let t = s.tok.len();
+        for (li, layer) in self.layers.iter().enumerate() {
+            self.attention(li, layer, batch, kv, s, threads)?;
+            self.feed_forward(layer, t, s, threads)?;
+        }
+        Ok(())
+    }
+
+    /// As [`Self::forward`], but returns every new token's final hidden
+    /// state (after the output norm), `[t, dim]`, instead of logits: what
+    /// embeddings pool.
+    pub fn hidden_states<'s>(
+        &self,
+        batch: &[SeqBatch<'_>],
+        kv: &mut KvCache,
+        s: &'s mut Scratch,
+        threads: Threads,
+    ) -> Result<&'s [f32]> {
+        let zero: Vec<SeqBatch<'_>> = batch.iter().map(|b| SeqBatch { logits: 0, ..*b }).collect();
+        self.forward(&zero, kv, s, threads)?;
+        let dim = self.config.dim;
+        let t = s.tok.len();
+        for r in 0..t {
+            let (x, h) = (
+                &s.x[r * dim..(r + 1) * dim],
+                &mut s.h[r * dim..(r + 1) * dim],
+            );
+            rms_norm(x, &self.norm, self.config.norm_eps, h);
+        }
+        Ok(&s.h[..t * dim])
     }
 
     /// Layer `li`'s attention block: `x += post_norm(attention(norm(x)))`.

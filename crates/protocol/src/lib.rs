@@ -231,3 +231,31 @@ mod tests {
         assert!(v["error"]["code"].is_null());
     }
 }
+
+/// `POST /v1/embeddings`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EmbeddingRequest {
+    #[serde(default)]
+    pub model: Option<String>,
+    pub input: EmbeddingInput,
+    /// `float` (default) or `base64` (little-endian f32s).
+    #[serde(default)]
+    pub encoding_format: Option<String>,
+    /// Keep the first N values (renormalized).
+    #[serde(default)]
+    pub dimensions: Option<i64>,
+    #[serde(default)]
+    pub user: Option<String>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// A text, texts, a token list or token lists.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum EmbeddingInput {
+    Text(String),
+    Texts(Vec<String>),
+    Tokens(Vec<u32>),
+    TokenLists(Vec<Vec<u32>>),
+}

@@ -14,6 +14,7 @@
 
 pub mod answer;
 pub mod anthropic;
+pub mod embeddings;
 pub mod error;
 pub mod format;
 pub mod listen;

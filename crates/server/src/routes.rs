@@ -36,6 +36,7 @@ pub fn router(st: AppState) -> Router {
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
         .route("/v1/responses", post(crate::responses::responses))
+        .route("/v1/embeddings", post(crate::embeddings::embeddings))
         .route("/v1/models", get(models))
         .route("/v1/models/{id}", get(model))
         .route("/v1/streams/{id}", get(resume))
@@ -158,7 +159,7 @@ pub(crate) fn parse<T: DeserializeOwned>(
     })
 }
 
-fn check_model(b: &Backend, model: Option<&str>) -> Result<()> {
+pub(crate) fn check_model(b: &Backend, model: Option<&str>) -> Result<()> {
     match model {
         Some(m) if !m.is_empty() && m != b.model_id => Err(Error::NotFound {
             message: format!(

@@ -310,6 +310,7 @@ fn missing_tensor_and_wrong_shape_are_named() {
     }
 }
 
+mod embed;
 mod kv_types;
 mod llama_cpp;
 mod perplexity;
