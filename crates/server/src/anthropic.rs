@@ -14,7 +14,6 @@ use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use futures_util::StreamExt;
 use hasten_protocol::anthropic::{
     Block, Blocks, CountTokensRequest, Message, MessageResponse, MessageUsage, MessagesRequest,
     Tool, ToolChoice,
@@ -319,40 +318,8 @@ fn message_of(c: &ChatCompletion, id: String) -> MessageResponse {
 
 /// The chat path's SSE stream rewritten as Anthropic's events.
 fn stream_response(resp: Response, id: String) -> Response {
-    let body = resp.into_body().into_data_stream();
-    let state = (body, String::new(), StreamConv::new(id));
-    let out = futures_util::stream::unfold(state, |(mut body, mut buf, mut conv)| async move {
-        loop {
-            // Whole frames first; then more bytes.
-            if let Some(end) = buf.find("\n\n") {
-                let frame: String = buf.drain(..end + 2).collect();
-                let text: String = frame
-                    .lines()
-                    .filter_map(|l| l.strip_prefix("data:"))
-                    .map(|d| conv.data(d.trim_start()))
-                    .collect();
-                if text.is_empty() {
-                    continue;
-                }
-                return Some((
-                    Ok::<_, std::convert::Infallible>(Bytes::from(text)),
-                    (body, buf, conv),
-                ));
-            }
-            match body.next().await {
-                Some(Ok(chunk)) => buf.push_str(&String::from_utf8_lossy(&chunk)),
-                _ => return None,
-            }
-        }
-    });
-    let mut r = Response::new(Body::from_stream(out));
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    r.headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    r
+    let mut conv = StreamConv::new(id);
+    crate::rewrite::rewrite_sse(resp, move |d| conv.data(d))
 }
 
 /// The state of one stream's rewriting: the open content block and what

@@ -23,6 +23,7 @@ pub mod params;
 pub mod prom;
 pub mod respond;
 pub mod responses;
+pub mod rewrite;
 pub mod routes;
 pub mod serve;
 pub mod streams;

@@ -10,13 +10,11 @@
 use crate::error::{Error, Result};
 use crate::middleware::RequestId;
 use crate::AppState;
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
-use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use futures_util::StreamExt;
 use hasten_protocol::chat::ChatCompletion;
 use hasten_protocol::responses::{Input, Item, MessageContent, ResponsesRequest, TypedItem};
 use serde_json::{json, Value};
@@ -438,49 +436,19 @@ impl Echo {
 /// response id and its output items at the end.
 fn stream_response(
     resp: Response,
-    conv: Conv,
+    mut conv: Conv,
     done: impl FnOnce(String, &[Value]) + Send + 'static,
 ) -> Response {
-    let body = resp.into_body().into_data_stream();
-    let state = (body, String::new(), conv, Some(done));
-    let out = futures_util::stream::unfold(
-        state,
-        |(mut body, mut buf, mut conv, mut done)| async move {
-            loop {
-                if let Some(end) = buf.find("\n\n") {
-                    let frame: String = buf.drain(..end + 2).collect();
-                    let mut text = String::new();
-                    for d in frame.lines().filter_map(|l| l.strip_prefix("data:")) {
-                        text.push_str(&conv.data(d.trim_start()));
-                        if conv.finished {
-                            if let Some(f) = done.take() {
-                                f(conv.id.clone(), &conv.items);
-                            }
-                        }
-                    }
-                    if text.is_empty() {
-                        continue;
-                    }
-                    return Some((
-                        Ok::<_, std::convert::Infallible>(Bytes::from(text)),
-                        (body, buf, conv, done),
-                    ));
-                }
-                match body.next().await {
-                    Some(Ok(chunk)) => buf.push_str(&String::from_utf8_lossy(&chunk)),
-                    _ => return None,
-                }
+    let mut done = Some(done);
+    crate::rewrite::rewrite_sse(resp, move |d| {
+        let out = conv.data(d);
+        if conv.finished {
+            if let Some(f) = done.take() {
+                f(conv.id.clone(), &conv.items);
             }
-        },
-    );
-    let mut r = Response::new(Body::from_stream(out));
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    r.headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    r
+        }
+        out
+    })
 }
 
 /// One stream's rewriting: the items so far (the last may be open).
