@@ -381,9 +381,18 @@ mod tests {
                         &mut got,
                         None,
                     );
+                    // The AVX-512 tier scores a Q8_0 K with the query
+                    // quantized to Q8_0 too, as llama.cpp does (measured up
+                    // to 1.5e-3 off here, outputs up to 0.25; its exact
+                    // references are in `attention_q8`); the others widen K.
+                    let tol = if isa == crate::cpu::Isa::Avx512 && ty == KvType::Q8_0 {
+                        3e-3
+                    } else {
+                        1e-5
+                    };
                     for (a, b) in got.iter().zip(&want) {
                         assert!(
-                            (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                            (a - b).abs() <= tol * (1.0 + b.abs()),
                             "{isa:?} {ty:?} hd={hd} t={t}: {a} vs {b}"
                         );
                     }

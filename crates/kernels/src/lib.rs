@@ -13,6 +13,7 @@
 //! allowed only in `simd/` and [`threads`].
 
 pub mod attention;
+pub mod attention_q8;
 pub mod attention_split;
 pub mod cpu;
 pub mod error;

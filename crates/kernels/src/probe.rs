@@ -8,7 +8,7 @@
 //! do); the kernel probes report the median pass, what a run on a shared,
 //! noisy machine typically sees.
 
-use crate::attention::{attend_tile, tile_scores_len, HeadView, KvRows, PagedKv};
+use crate::attention::{attend_tile, tile_scores_len, HeadView, KvRows, KvType, PagedKv};
 use crate::matmul::{matmul, WeightMatrix};
 use crate::quant::{quantize_row, repack::repack_x8, GgmlType};
 use crate::threads::{par_chunks, Threads};
@@ -335,11 +335,12 @@ pub fn region_seconds(threads: Threads, budget: Duration) -> f64 {
 
 /// FLOP/s of one decode step's attention for one layer: one query token
 /// (`group` query heads per KV head) over `ctx` cached positions of
-/// `n_kv_heads` f16 KV heads, spread over the threads as the model does
+/// `n_kv_heads` KV heads stored as `kv_type`, spread over the threads as the model does
 /// (KV heads, or ranges of the context merged by log-sum-exp when the
 /// heads are fewer than the threads want). Cache-resident: what attention
 /// computes at, apart from streaming the cache.
 pub fn decode_attention_rate(
+    kv_type: KvType,
     head_dim: usize,
     group: usize,
     n_kv_heads: usize,
@@ -351,13 +352,27 @@ pub fn decode_attention_rate(
     const BLOCK: usize = 16;
     let (hd, n) = (head_dim.max(1), ctx.max(1));
     let blocks = n.div_ceil(BLOCK);
-    let cache: Vec<f16> = (0..blocks * BLOCK * n_kv_heads * hd)
-        .map(|i| f16::from_f32(((i % 61) as f32 - 30.0) / 32.0))
+    let values: Vec<f32> = (0..blocks * BLOCK * n_kv_heads * hd)
+        .map(|i| ((i % 61) as f32 - 30.0) / 32.0)
         .collect();
+    let half: Vec<f16> = values.iter().map(|&x| f16::from_f32(x)).collect();
+    let kv_type = if kv_type.fits(hd) {
+        kv_type
+    } else {
+        KvType::F16
+    };
+    let mut quant = vec![0u8; values.len() / hd * kv_type.row_bytes(hd)];
+    let rows = match kv_type {
+        KvType::F16 => KvRows::F16(&half),
+        ty => {
+            quantize_row(ty.ggml(), &values, &mut quant).expect("whole blocks");
+            KvRows::Quant(ty, &quant)
+        }
+    };
     let table: Vec<u32> = (0..blocks as u32).collect();
     let kv = PagedKv {
-        k: KvRows::F16(&cache),
-        v: KvRows::F16(&cache),
+        k: rows,
+        v: rows,
         block_size: BLOCK,
         n_kv_heads,
         head_dim: hd,

@@ -22,6 +22,7 @@
 
 use anyhow::{Context, Result};
 use hasten_estimate::{Hardware, Model};
+use hasten_kernels::attention::KvType;
 use hasten_kernels::probe::{
     attention_rate, decode_attention_rate, matmul_rate, read_bandwidth, region_seconds, stream_rate,
 };
@@ -64,9 +65,13 @@ fn probe_shapes(m: &Model, ty: GgmlType) -> Vec<(usize, usize)> {
         .collect()
 }
 
+/// Probes this machine for `m` with `ty` matmuls; decode attention reads
+/// a cache of `kv` (a `--kv` name; types hasten's cache lacks probe f16).
+#[allow(clippy::too_many_arguments)]
 pub fn probe(
     m: &Model,
     ty: GgmlType,
+    kv: &str,
     threads: Threads,
     prompt: usize,
     mib: usize,
@@ -91,6 +96,7 @@ pub fn probe(
         Duration::from_millis(800),
     );
     let decode_attention = decode_attention_rate(
+        KvType::parse(kv).unwrap_or_default(),
         m.head_dim.min(1024) as usize,
         (m.heads / m.kv_heads.max(1)).min(64) as usize,
         m.kv_heads.min(64) as usize,

@@ -136,6 +136,7 @@ pub fn main(a: Args) -> Result<()> {
         let m = measure::probe(
             &src.model,
             ty,
+            &kv.name,
             threads,
             a.prompt as usize,
             a.probe_mib,
@@ -200,7 +201,15 @@ pub fn for_server(
     let working_set = src.model.params() as f64 * weights.bits / 8.0
         + src.model.kv_bytes_per_token(kv.bits)
             * (load.prompt_tokens + load.output_tokens / 2) as f64;
-    let m = measure::probe(&src.model, ty, threads, 512, 256, working_set as u64)?;
+    let m = measure::probe(
+        &src.model,
+        ty,
+        &kv.name,
+        threads,
+        512,
+        256,
+        working_set as u64,
+    )?;
     let e = hasten_estimate::estimate(&src.model, &weights, &kv, &m.hardware(), &load);
     Ok(serde_json::json!({
         "command": format!("hasten estimate --model {path_str} --measure --kv {} -t {}", kv.name, threads.get()),

@@ -52,7 +52,8 @@ pub fn attend_tile(
 
 /// The AVX-512 tier's [`attend_tile`]: the same kernel compiled with
 /// AVX-512VL (32 vector registers), scoring two query rows per pass over
-/// each widened K block.
+/// each widened K block; over a Q8_0 K cache, integer scores
+/// ([`super::avx512_attn`]).
 pub fn attend_tile_avx512(
     view: &HeadView<'_>,
     q: &[f32],
@@ -70,10 +71,13 @@ pub fn attend_tile_avx512(
         scores,
         out,
         lse,
-        |v, q, t, g, n, s, o, l| {
-            // SAFETY: handed out by the kernel table only after AVX-512 F/VL were
-            // detected; lengths checked by `checked`.
-            unsafe { tile_impl_avx512(v, q, t, g, n, s, o, l) }
+        |v, q, t, g, n, s, o, l| match v.kv.k {
+            // SAFETY (both arms): handed out by the kernel table only after
+            // AVX-512 F/BW/VL/VNNI were detected; lengths checked by `checked`.
+            KvRows::Quant(KvType::Q8_0, k) if v.kv.head_dim.is_multiple_of(32) => unsafe {
+                super::avx512_attn::tile_q8k(v, k, q, t, g, n, s, o, l)
+            },
+            _ => unsafe { tile_impl_avx512(v, q, t, g, n, s, o, l) },
         },
     )
 }
@@ -296,7 +300,7 @@ macro_rules! tile_fn {
             n_ctx: usize,
             scores: &mut [f32],
             out: &mut [f32],
-            mut lse: Option<&mut [f32]>,
+            lse: Option<&mut [f32]>,
         ) {
             super::align_frame!();
             let hd = view.kv.head_dim;
@@ -330,21 +334,8 @@ macro_rules! tile_fn {
                     unsafe { score_rows::<1>(q, hd, &block, r, w, p0, view.scale, scores) };
                 }
             }
-            for r in 0..rows {
-                let row = &mut scores[r * w..(r + 1) * w];
-                let (lo, len) = (lo(r), len(r));
-                if let Some(cap) = view.softcap {
-                    softcap8(&mut row[lo..len], cap);
-                }
-                let l = softmax8(&mut row[lo..len]);
-                if let Some(lse) = lse.as_deref_mut() {
-                    lse[r] = l;
-                }
-                row[start..lo].fill(0.0);
-                row[len..].fill(0.0);
-            }
             // SAFETY: as checked by `checked`.
-            unsafe { weighted_v(view, start, n_last, rows, w, &len, &mut block, scores, out) };
+            unsafe { finish_tile(view, t, g, n_ctx, start, scores, out, lse) };
         }
     };
 }
@@ -355,6 +346,71 @@ tile_fn!(
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl",
     2
 );
+
+/// The part of a tile after its scores: [`softmax_rows`], then the
+/// weighted sum of V into `out`.
+///
+/// # Safety
+/// The shapes [`checked`] checked; AVX2, FMA and F16C are available.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn finish_tile(
+    view: &HeadView<'_>,
+    t: usize,
+    g: usize,
+    n_ctx: usize,
+    start: usize,
+    scores: &mut [f32],
+    out: &mut [f32],
+    lse: Option<&mut [f32]>,
+) {
+    let n_last = view.visible_end(n_ctx + t - 1);
+    let w = n_last.next_multiple_of(8);
+    let len = |r: usize| view.visible_end(n_ctx + r / g);
+    let mut block = [0.0f32; ROWS * MAX_HEAD_DIM];
+    // SAFETY: as checked by `checked`.
+    unsafe {
+        softmax_rows(view, t, g, n_ctx, start, scores, lse);
+        weighted_v(view, start, n_last, t * g, w, &len, &mut block, scores, out);
+    }
+}
+
+/// Turns the scaled scores of each of the `t * g` query rows (row stride
+/// `n_last` rounded up to 8, positions from `start`, a multiple of
+/// [`ROWS`]) into softmax weights over the positions the row sees (soft
+/// cap first where the view has one), zero elsewhere, writing each row's
+/// log-sum-exp into `lse`.
+///
+/// # Safety
+/// The shapes [`checked`] checked; AVX2, FMA and F16C are available.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn softmax_rows(
+    view: &HeadView<'_>,
+    t: usize,
+    g: usize,
+    n_ctx: usize,
+    start: usize,
+    scores: &mut [f32],
+    mut lse: Option<&mut [f32]>,
+) {
+    let w = view.visible_end(n_ctx + t - 1).next_multiple_of(8);
+    for r in 0..t * g {
+        let row = &mut scores[r * w..(r + 1) * w];
+        let (lo, len) = (
+            view.first_visible(n_ctx + r / g),
+            view.visible_end(n_ctx + r / g),
+        );
+        if let Some(cap) = view.softcap {
+            softcap8(&mut row[lo..len], cap);
+        }
+        let l = softmax8(&mut row[lo..len]);
+        if let Some(lse) = lse.as_deref_mut() {
+            lse[r] = l;
+        }
+        row[start..lo].fill(0.0);
+        row[len..].fill(0.0);
+    }
+}
 
 /// Scores of query rows `r..r + R` against the [`ROWS`] cache rows in
 /// `block`, scaled, stored at `scores[(r + i) * w + p0..][..8]`.
@@ -432,13 +488,33 @@ fn softcap8(x: &mut [f32], cap: f32) {
     }
 }
 
+/// The largest of `x` (`-inf` for none), eight lanes at a time.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn max8(x: &[f32]) -> f32 {
+    let mut m = _mm256_set1_ps(f32::NEG_INFINITY);
+    let mut chunks = x.chunks_exact(8);
+    for c in &mut chunks {
+        // SAFETY: `c` holds 8 floats.
+        m = _mm256_max_ps(m, unsafe { _mm256_loadu_ps(c.as_ptr()) });
+    }
+    let mut lanes = [0f32; 8];
+    // SAFETY: `lanes` holds 8 floats.
+    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), m) };
+    chunks
+        .remainder()
+        .iter()
+        .chain(&lanes)
+        .fold(f32::NEG_INFINITY, |m, &v| m.max(v))
+}
+
 /// Softmax with the polynomial `exp` of the AVX2 tier, eight lanes at a
 /// time (the tail padded with `-inf`, which contributes 0); returns the
 /// log-sum-exp of the inputs (`-inf` for none).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn softmax8(x: &mut [f32]) -> f32 {
-    let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    let max = max8(x);
     let m = _mm256_set1_ps(max);
     let mut sum = _mm256_setzero_ps();
     let mut chunks = x.chunks_exact_mut(8);

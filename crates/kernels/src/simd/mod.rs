@@ -14,6 +14,8 @@ pub mod avx2_x8;
 #[cfg(target_arch = "x86_64")]
 pub mod avx512;
 #[cfg(target_arch = "x86_64")]
+pub mod avx512_attn;
+#[cfg(target_arch = "x86_64")]
 pub mod avx512_k16;
 #[cfg(target_arch = "x86_64")]
 pub mod avx512_x16;

@@ -1,0 +1,543 @@
+//! AVX-512 VNNI attention scores over a Q8_0 K cache, as llama.cpp scores
+//! a `--cache-type-k q8_0` cache: each query row is quantized to Q8_0 and
+//! every score is an integer dot product of two int8 rows, scaled by both
+//! blocks' scales.
+//!
+//! Sixteen cache positions are transposed in registers so that each
+//! 32-bit lane of a 512-bit register holds four values of one position;
+//! one `vpdpbusd` with a broadcast dword of the query then advances sixteen
+//! scores of a query row at once, with no horizontal sums. The transpose
+//! (24 shuffles per 32-value block of sixteen positions) is paid once for
+//! all `t * group` query rows of the tile, where the float path widened
+//! every K value to f32 and spent four FMAs per position and query row on
+//! a 64-value head. Softmax and the weighted sum of V are the float
+//! tile's ([`super::avx2_attn::finish_tile`]).
+//!
+//! `vpdpbusd` multiplies unsigned by signed bytes: the K bytes are made
+//! unsigned by `xor 0x80` (adding 128) and `128 * sum(q)` of each query
+//! block is subtracted from its sums.
+//!
+//! Reached only through the AVX-512 tier's attention tile, which the kernel
+//! table hands out after AVX-512 F/BW/VL/VNNI were detected: the safety
+//! condition of [`scores_q8`].
+
+#![allow(unsafe_code)]
+
+use crate::attention_q8::{
+    quantize_query, QuantQuery, BLOCK_BYTES, CHUNK, MIN_WEIGHT_MAX, QK, WEIGHT_MAX,
+};
+use crate::rows::{HeadView, KvRows, KvType};
+use std::arch::x86_64::*;
+
+/// Positions per pass (the 32-bit lanes of a 512-bit register).
+const LANES: usize = CHUNK;
+/// Longest cache row handled (the tile's widest head, 256 values).
+const MAX_ROW: usize = 256 / QK * BLOCK_BYTES;
+/// Positions ahead of the pass whose rows are prefetched.
+const PREFETCH_AHEAD: usize = LANES;
+
+/// Row indices of the `n` (at most [`LANES`]) positions from `p0` of
+/// `view`'s KV head: one table lookup when they share a cache block.
+#[inline(always)]
+fn indices(view: &HeadView<'_>, p0: usize, n: usize) -> [usize; LANES] {
+    let kv = &view.kv;
+    let mut out = [0usize; LANES];
+    if p0 % kv.block_size + n <= kv.block_size {
+        let first = kv.row_index(view.table, p0, view.kvh);
+        for (j, o) in out.iter_mut().enumerate().take(n) {
+            *o = first + j * kv.n_kv_heads;
+        }
+    } else {
+        for (j, o) in out.iter_mut().enumerate().take(n) {
+            *o = kv.row_index(view.table, p0 + j, view.kvh);
+        }
+    }
+    out
+}
+
+/// The Q8_0 rows of the [`LANES`] positions from `p0` of `view`'s KV head
+/// in `cache` (pointers into bounds-checked slices), `zero` past `n_last`;
+/// prefetches the rows [`PREFETCH_AHEAD`] positions on.
+#[inline(always)]
+fn rows_at(
+    view: &HeadView<'_>,
+    cache: &[u8],
+    p0: usize,
+    n_last: usize,
+    zero: &[u8; MAX_ROW],
+) -> [*const u8; LANES] {
+    let rb = view.kv.head_dim / QK * BLOCK_BYTES;
+    let next = p0 + PREFETCH_AHEAD;
+    if next < n_last {
+        let n = (n_last - next).min(LANES);
+        let base = cache.as_ptr();
+        for &i in &indices(view, next, n)[..n] {
+            for off in (0..rb).step_by(64) {
+                // SAFETY: a prefetch reads nothing architecturally (the
+                // address is only computed, with wrapping arithmetic).
+                unsafe {
+                    _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(i * rb + off) as *const i8)
+                };
+            }
+        }
+    }
+    let n = n_last.saturating_sub(p0).min(LANES);
+    let idx = indices(view, p0, n);
+    std::array::from_fn(|j| {
+        if j < n {
+            cache[idx[j] * rb..(idx[j] + 1) * rb].as_ptr()
+        } else {
+            zero.as_ptr()
+        }
+    })
+}
+
+/// Scaled scores of `rows` quantized query rows (`qq`)
+/// against the Q8_0 K rows `k` of `view` at positions `start..n_last`
+/// (`start` a multiple of 8), stored at `scores[r * w + p]` with `w` the
+/// row stride (`n_last` rounded up to 8). Rows are scored at every
+/// position of the range; what a row does not see is overwritten by the
+/// softmax that follows.
+///
+/// # Safety
+/// AVX-512 F/BW/VL/VNNI are available; `hd` is a multiple of 32 and at
+/// most 256;
+/// `qq` holds `rows` rows of `hd`, `scores` `rows * w` values and
+/// `n_last` is at most the rows the view's block table covers.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn scores_q8(
+    view: &HeadView<'_>,
+    k: &[u8],
+    qq: &QuantQuery,
+    rows: usize,
+    start: usize,
+    n_last: usize,
+    w: usize,
+    scores: &mut [f32],
+) {
+    let hd = view.kv.head_dim;
+    let nb = hd / QK;
+    let zero = [0u8; MAX_ROW];
+    let flip = _mm512_set1_epi8(-128);
+    let lo_idx = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
+    let hi_idx = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+    let mut acc = vec![0.0f32; rows * LANES];
+    for p0 in (start..n_last).step_by(LANES) {
+        let ptr = rows_at(view, k, p0, n_last, &zero);
+        // Each row's sixteen scores build up in `acc` over the blocks (full
+        // stores and loads, which forward), then go out once, masked to
+        // the lanes inside the scores row.
+        for b in 0..nb {
+            // SAFETY: every pointer in `ptr` starts a whole row of `nb`
+            // blocks (a bounds-checked slice of `k`, or `zero`).
+            let (kt, dk) = unsafe { transpose_block(&ptr, b * BLOCK_BYTES, flip, lo_idx, hi_idx) };
+            for (r, a) in acc.chunks_exact_mut(LANES).enumerate() {
+                let qd = qq.q[r * hd + b * QK..].as_ptr() as *const i32;
+                let mut dot = [_mm512_setzero_si512(); 2];
+                for (d, kd) in kt.iter().enumerate() {
+                    // SAFETY: `qd` points at the block's 32 query bytes.
+                    let qv = _mm512_set1_epi32(unsafe { qd.add(d).read_unaligned() });
+                    dot[d % 2] = _mm512_dpbusd_epi32(dot[d % 2], *kd, qv);
+                }
+                let dot = _mm512_sub_epi32(
+                    _mm512_add_epi32(dot[0], dot[1]),
+                    _mm512_set1_epi32(qq.offset[r * nb + b]),
+                );
+                let f = _mm512_mul_ps(
+                    _mm512_cvtepi32_ps(dot),
+                    _mm512_mul_ps(dk, _mm512_set1_ps(qq.d[r * nb + b])),
+                );
+                // SAFETY: `a` holds 16 floats.
+                unsafe {
+                    let f = if b == 0 {
+                        f
+                    } else {
+                        _mm512_add_ps(_mm512_loadu_ps(a.as_ptr()), f)
+                    };
+                    _mm512_storeu_ps(a.as_mut_ptr(), f);
+                }
+            }
+        }
+        let mask: __mmask16 = ((1u32 << (w - p0).min(LANES)) - 1) as u16;
+        for (r, a) in acc.chunks_exact(LANES).enumerate() {
+            // SAFETY: `mask` keeps the store inside row `r` (`w - p0` lanes).
+            unsafe {
+                _mm512_mask_storeu_ps(
+                    scores[r * w + p0..].as_mut_ptr(),
+                    mask,
+                    _mm512_loadu_ps(a.as_ptr()),
+                )
+            };
+        }
+    }
+}
+
+/// Block `off` (byte offset in the row) of the sixteen rows at `ptr`:
+/// eight registers, register `d` holding dword `d` of the block's values
+/// of each position (lane `j` = row `j`), made unsigned; and the block's
+/// sixteen scales as floats.
+///
+/// # Safety
+/// Each `ptr[j] + off` starts a whole Q8_0 block; AVX-512 F/BW are
+/// available.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn transpose_block(
+    ptr: &[*const u8; LANES],
+    off: usize,
+    flip: __m512i,
+    lo_idx: __m512i,
+    hi_idx: __m512i,
+) -> ([__m512i; 8], __m512) {
+    // SAFETY: the caller's contract: 2 + 32 bytes from each `ptr[j] + off`.
+    unsafe {
+        let load = |j: usize| _mm256_loadu_si256(ptr[j].add(off + 2) as *const __m256i);
+        // Row j in the low half, row j + 8 in the high half.
+        let z: [__m512i; 8] = std::array::from_fn(|j| {
+            let v = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(load(j)), load(j + 8));
+            _mm512_xor_si512(v, flip)
+        });
+        let t: [__m512i; 8] = std::array::from_fn(|i| {
+            let (a, b) = (z[i & !1], z[i | 1]);
+            if i % 2 == 0 {
+                _mm512_unpacklo_epi32(a, b)
+            } else {
+                _mm512_unpackhi_epi32(a, b)
+            }
+        });
+        // u[k] (k < 4): dword k (lanes 0, 2) and k + 4 (lanes 1, 3) of rows
+        // 0-3 and 8-11; u[k + 4] the same of rows 4-7 and 12-15.
+        let u: [__m512i; 8] = std::array::from_fn(|k| {
+            let base = if k < 4 { 0 } else { 4 };
+            let (a, b) = (t[base + (k % 4) / 2], t[base + 2 + (k % 4) / 2]);
+            if k % 2 == 0 {
+                _mm512_unpacklo_epi64(a, b)
+            } else {
+                _mm512_unpackhi_epi64(a, b)
+            }
+        });
+        let kt = std::array::from_fn(|d| {
+            let idx = if d < 4 { lo_idx } else { hi_idx };
+            _mm512_permutex2var_epi64(u[d % 4], idx, u[d % 4 + 4])
+        });
+        let sc: [u16; LANES] =
+            std::array::from_fn(|j| (ptr[j].add(off) as *const u16).read_unaligned());
+        let dk = _mm512_cvtph_ps(_mm256_loadu_si256(sc.as_ptr() as *const __m256i));
+        (kt, dk)
+    }
+}
+
+/// The AVX-512 tile over a Q8_0 K cache (`k`): [`scores_q8`], then the
+/// float tile's soft cap, softmax and weighted sum of V.
+///
+/// # Safety
+/// AVX-512 F/BW/VL/VNNI are available; the shapes `checked` in
+/// [`super::avx2_attn`] checks hold and `hd` is a multiple of 32.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn tile_q8k(
+    view: &HeadView<'_>,
+    k: &[u8],
+    q: &[f32],
+    t: usize,
+    g: usize,
+    n_ctx: usize,
+    scores: &mut [f32],
+    out: &mut [f32],
+    lse: Option<&mut [f32]>,
+) {
+    let n_last = view.visible_end(n_ctx + t - 1);
+    let w = n_last.next_multiple_of(8);
+    let start = view.first_visible(n_ctx) / 8 * 8;
+    let (hd, rows) = (view.kv.head_dim, t * g);
+    let qq = quantize_query(q, rows, hd, view.scale);
+    // SAFETY: the caller's contract.
+    unsafe {
+        scores_q8(view, k, &qq, rows, start, n_last, w, scores);
+        match view.kv.v {
+            KvRows::Quant(KvType::Q8_0, v) if hd.is_multiple_of(64) => {
+                super::avx2_attn::softmax_rows(view, t, g, n_ctx, start, scores, lse);
+                weighted_v_q8(view, v, scores, rows, start, n_last, w, out);
+            }
+            _ => super::avx2_attn::finish_tile(view, t, g, n_ctx, start, scores, out, lse),
+        }
+    }
+}
+
+/// The weighted sum of the Q8_0 V rows `v` at positions `start..n_last`
+/// with the softmax weights `probs[r * w + p]` of `rows` rows, into `out`
+/// (`rows * hd`, overwritten): per chunk of [`LANES`] positions the rows
+/// are transposed so each dword lane holds one dimension of four
+/// positions, and each `vpdpbusd` with four positions' quantized weights
+/// advances sixteen dimensions (see [`crate::attention_q8`]). The
+/// dimensions of the accumulators are in the transpose's order until the
+/// end.
+///
+/// # Safety
+/// AVX-512 F/BW/VL/VNNI are available; `hd` is a multiple of 64 and at
+/// most 256; `probs` holds `rows * w` values, `out` `rows * hd`, and
+/// `n_last` is at most the rows the view's block table covers.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn weighted_v_q8(
+    view: &HeadView<'_>,
+    v: &[u8],
+    probs: &[f32],
+    rows: usize,
+    start: usize,
+    n_last: usize,
+    w: usize,
+    out: &mut [f32],
+) {
+    let hd = view.kv.head_dim;
+    let (nb, nz) = (hd / QK, hd / 64);
+    let zero = [0u8; MAX_ROW];
+    // Transposed chunk: [group of 4 positions][64-value slice][register][64 bytes].
+    let mut vt = [0u8; 4 * (256 / 64) * 4 * 64];
+    let mut acc_f = vec![0.0f32; rows * hd];
+    for p0 in (start..n_last).step_by(LANES) {
+        let ptr = rows_at(view, v, p0, n_last, &zero);
+        let mask: __mmask16 = ((1u32 << (w - p0).min(LANES)) - 1) as u16;
+        // SAFETY: every pointer in `ptr` starts a whole row of `nb` blocks;
+        // `vt` holds `4 * nz * 4` registers.
+        let dv: [__m512; 8] = unsafe {
+            transpose_v(&ptr, nz, vt.as_mut_ptr());
+            std::array::from_fn(|b| {
+                if b < nb {
+                    block_scales(&ptr, b * BLOCK_BYTES)
+                } else {
+                    _mm512_setzero_ps()
+                }
+            })
+        };
+        for r in 0..rows {
+            // SAFETY: `mask` keeps the load inside row `r` of `probs`.
+            let pr = unsafe { _mm512_maskz_loadu_ps(mask, probs[r * w + p0..].as_ptr()) };
+            // Block `b`'s sixteen weights as bytes, and their scale (kept in
+            // registers: a byte store read back as a vector does not forward).
+            // Block `b`'s sixteen 16-bit weights as high and low bytes, and
+            // their scale (kept in registers: a byte store read back as a
+            // vector does not forward).
+            let quant = |b: usize| {
+                let wv = _mm512_mul_ps(pr, dv[b]);
+                let m = _mm512_reduce_max_ps(wv).max(MIN_WEIGHT_MAX);
+                let q = _mm512_cvtps_epi32(_mm512_mul_ps(wv, _mm512_set1_ps(WEIGHT_MAX / m)));
+                let hi = _mm512_cvtusepi32_epi8(_mm512_srli_epi32::<8>(q));
+                let lo = _mm512_cvtepi32_epi8(_mm512_and_si512(q, _mm512_set1_epi32(0xff)));
+                (hi, lo, m * (1.0 / WEIGHT_MAX))
+            };
+            // Block 2z's bytes `u0` in the low 256 bits, block 2z + 1's `u1`
+            // in the high; dword `grp` of each 128-bit lane holds the
+            // weights of positions 4 grp..4 grp + 4.
+            let spread = |u0: __m128i, u1: __m128i| {
+                let both = _mm512_inserti64x4::<1>(
+                    _mm512_broadcast_i32x4(u0),
+                    _mm256_broadcastsi128_si256(u1),
+                );
+                [
+                    _mm512_shuffle_epi32::<0x00>(both),
+                    _mm512_shuffle_epi32::<0x55>(both),
+                    _mm512_shuffle_epi32::<0xaa>(both),
+                    _mm512_shuffle_epi32::<0xff>(both),
+                ]
+            };
+            for z in 0..nz {
+                let ((h0, l0, s0), (h1, l1, s1)) = (quant(2 * z), quant(2 * z + 1));
+                let (wh, wl) = (spread(h0, h1), spread(l0, l1));
+                let mut hi = [_mm512_setzero_si512(); 4];
+                let mut lo = [_mm512_setzero_si512(); 4];
+                for grp in 0..4 {
+                    for i in 0..4 {
+                        // SAFETY: register `i` of slice `z` of group `grp` lies in `vt`.
+                        let vr = unsafe {
+                            _mm512_loadu_si512(
+                                vt[((grp * nz + z) * 4 + i) * 64..].as_ptr() as *const _
+                            )
+                        };
+                        hi[i] = _mm512_dpbusd_epi32(hi[i], wh[grp], vr);
+                        lo[i] = _mm512_dpbusd_epi32(lo[i], wl[grp], vr);
+                    }
+                }
+                let acc: [__m512i; 4] =
+                    std::array::from_fn(|i| _mm512_add_epi32(_mm512_slli_epi32::<8>(hi[i]), lo[i]));
+                let s = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(s0), _mm512_set1_ps(s1));
+                for (i, a) in acc.iter().enumerate() {
+                    let o = acc_f[r * hd + (z * 4 + i) * 16..].as_mut_ptr();
+                    // SAFETY: 16 floats of row `r` from `(z * 4 + i) * 16 < hd`.
+                    unsafe {
+                        _mm512_storeu_ps(
+                            o,
+                            _mm512_fmadd_ps(_mm512_cvtepi32_ps(*a), s, _mm512_loadu_ps(o)),
+                        )
+                    };
+                }
+            }
+        }
+    }
+    // Register `i` of slice `z`, lane `l`: dimension `64 z + 16 (l / 4) + 4 i + l % 4`.
+    for r in 0..rows {
+        for z in 0..nz {
+            for i in 0..4 {
+                for l in 0..16 {
+                    out[r * hd + 64 * z + 16 * (l / 4) + 4 * i + l % 4] =
+                        acc_f[r * hd + (z * 4 + i) * 16 + l];
+                }
+            }
+        }
+    }
+}
+
+/// The scales of block `off` (byte offset in the row) of the sixteen rows
+/// at `ptr`, as floats (lane `j` = row `j`).
+///
+/// # Safety
+/// Each `ptr[j] + off` starts a whole Q8_0 block; AVX-512 F is available.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn block_scales(ptr: &[*const u8; LANES], off: usize) -> __m512 {
+    // SAFETY: the caller's contract: 2 bytes at each `ptr[j] + off`.
+    let sc: [u16; LANES] =
+        std::array::from_fn(|j| unsafe { (ptr[j].add(off) as *const u16).read_unaligned() });
+    // SAFETY: `sc` holds 16 halfs.
+    unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(sc.as_ptr() as *const __m256i)) }
+}
+
+/// Transposes the sixteen V rows at `ptr` (`nz` 64-value slices each) into
+/// `vt`: for each group of four positions and each slice, four registers
+/// whose dword lanes hold one dimension of the four positions (lane `l`
+/// of register `i`: dimension `16 (l / 4) + 4 i + l % 4` of the slice).
+///
+/// # Safety
+/// Each `ptr[j]` starts a row of `2 * nz` Q8_0 blocks; `vt` holds
+/// `4 * nz * 4 * 64` bytes; AVX-512 F/BW are available.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn transpose_v(ptr: &[*const u8; LANES], nz: usize, vt: *mut u8) {
+    // SAFETY: the caller's contract covers every load and store.
+    unsafe {
+        for z in 0..nz {
+            let off = 2 * z * BLOCK_BYTES + 2;
+            let load = |j: usize| {
+                let lo = _mm256_loadu_si256(ptr[j].add(off) as *const __m256i);
+                let hi = _mm256_loadu_si256(ptr[j].add(off + BLOCK_BYTES) as *const __m256i);
+                _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+            };
+            for grp in 0..4 {
+                let (a, b, c, d) = (
+                    load(4 * grp),
+                    load(4 * grp + 1),
+                    load(4 * grp + 2),
+                    load(4 * grp + 3),
+                );
+                let (x0, x1) = (_mm512_unpacklo_epi8(a, b), _mm512_unpackhi_epi8(a, b));
+                let (y0, y1) = (_mm512_unpacklo_epi8(c, d), _mm512_unpackhi_epi8(c, d));
+                let regs = [
+                    _mm512_unpacklo_epi16(x0, y0),
+                    _mm512_unpackhi_epi16(x0, y0),
+                    _mm512_unpacklo_epi16(x1, y1),
+                    _mm512_unpackhi_epi16(x1, y1),
+                ];
+                for (i, reg) in regs.iter().enumerate() {
+                    _mm512_storeu_si512(vt.add(((grp * nz + z) * 4 + i) * 64) as *mut _, *reg);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::attention_q8::test_cache::Cache;
+    use crate::attention_q8::{quantize_query, scores_reference, weighted_v_reference};
+
+    fn avx512() -> bool {
+        crate::cpu::tiers().contains(&crate::cpu::Isa::Avx512)
+    }
+
+    /// Awkward sizes: contexts that end mid-chunk and mid-block, a start
+    /// past 0, pages of 8 and 16 slots (chunks that cross pages), heads of
+    /// 32 to 256 values.
+    const SHAPES: [(usize, usize, usize, usize, usize); 7] = [
+        // (page slots, KV heads, head dim, positions, start)
+        (16, 1, 64, 1, 0),
+        (16, 4, 64, 40, 0),
+        (8, 2, 32, 37, 8),
+        (8, 3, 96, 100, 16),
+        (16, 2, 128, 77, 0),
+        (16, 1, 256, 33, 8),
+        (8, 1, 64, 200, 24),
+    ];
+
+    #[test]
+    fn simd_scores_equal_the_reference() {
+        if !avx512() {
+            return;
+        }
+        for (bs, nkv, hd, n_last, start) in SHAPES {
+            let c = Cache::new(n_last.div_ceil(bs) + 1, bs, nkv, hd, start, 0.1);
+            let view = c.view();
+            let rows = 5;
+            let q: Vec<f32> = (0..rows * hd)
+                .map(|i| (i as f32 * 0.7).cos() * 2.0)
+                .collect();
+            let qq = quantize_query(&q, rows, hd, view.scale);
+            let w = n_last.next_multiple_of(8);
+            let (mut want, mut got) = (vec![f32::NAN; rows * w], vec![f32::NAN; rows * w]);
+            scores_reference(&view, &c.bytes, &qq, rows, start, n_last, w, &mut want);
+            // SAFETY: AVX-512 VNNI detected; shapes as the kernel requires.
+            unsafe { super::scores_q8(&view, &c.bytes, &qq, rows, start, n_last, w, &mut got) };
+            for r in 0..rows {
+                for p in start..n_last {
+                    let (a, b) = (got[r * w + p], want[r * w + p]);
+                    assert!(
+                        (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                        "hd={hd} n={n_last} row {r} pos {p}: {a} vs {b}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn simd_weighted_v_equals_the_reference() {
+        if !avx512() {
+            return;
+        }
+        for (bs, nkv, hd, n_last, start) in SHAPES {
+            if !hd.is_multiple_of(64) {
+                continue;
+            }
+            let c = Cache::new(n_last.div_ceil(bs) + 1, bs, nkv, hd, start, 0.3);
+            let view = c.view();
+            let rows = 3;
+            let w = n_last.next_multiple_of(8);
+            // Weights as a softmax leaves them: one large, many small, some
+            // exactly 0 (positions a row does not see), 0 past `n_last`.
+            let probs: Vec<f32> = (0..rows * w)
+                .map(|i| {
+                    let p = i % w;
+                    if p < start || p >= n_last || p % 11 == 3 {
+                        0.0
+                    } else if p % 17 == 5 {
+                        0.5
+                    } else {
+                        ((i * 13 % 29) as f32 + 1.0) * 1e-3
+                    }
+                })
+                .collect();
+            let (mut want, mut got) = (vec![f32::NAN; rows * hd], vec![f32::NAN; rows * hd]);
+            weighted_v_reference(&view, &c.bytes, &probs, rows, start, n_last, w, &mut want);
+            // SAFETY: AVX-512 VNNI detected; shapes as the kernel requires.
+            unsafe {
+                super::weighted_v_q8(&view, &c.bytes, &probs, rows, start, n_last, w, &mut got)
+            };
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                    "hd={hd} n={n_last} value {i}: {a} vs {b}"
+                );
+            }
+        }
+    }
+}
