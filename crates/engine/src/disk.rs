@@ -24,7 +24,9 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
-const MAGIC: &[u8; 8] = b"HKVBLK01";
+/// Version 02: head-major KV blocks (`[kv_head][slot]` rows); files of
+/// version 01 (slot-major) are not read.
+const MAGIC: &[u8; 8] = b"HKVBLK02";
 const EXT: &str = "kvb";
 
 /// Where the tier lives and how large it may grow.

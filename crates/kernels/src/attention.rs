@@ -2,9 +2,10 @@
 //! time (the reference) or a tile of consecutive tokens and query heads.
 //!
 //! The cache of one layer is a pool of blocks, each `block_size` token slots
-//! of `n_kv_heads * head_dim` f16 values for K and for V. A sequence's block
-//! table lists the pool blocks holding its positions in order, so position
-//! `p` lives in slot `table[p / block_size] * block_size + p % block_size`.
+//! of `n_kv_heads * head_dim` values for K and for V, stored head by head
+//! ([`KvRows`]). A sequence's block table lists the pool blocks holding its
+//! positions in order, so position `p` lives in slot `p % block_size` of
+//! block `table[p / block_size]` ([`PagedKv::row_index`]).
 //!
 //! Precision: K and V are stored as f16 (as llama.cpp's default cache) and
 //! widened to f32; scores, softmax and the weighted sum accumulate in f32.
@@ -455,13 +456,23 @@ mod tests {
         let mut vs = ks.clone();
         let mut kc = ks.clone();
         let mut vc = ks.clone();
+        let geometry = |k, v| PagedKv {
+            k,
+            v,
+            block_size: bs,
+            n_kv_heads: nkv,
+            head_dim: hd,
+        };
+        let g = geometry(KvRows::F16(&[]), KvRows::F16(&[]));
         for p in 0..n_ctx {
-            let slot = table_scrambled[p / bs] as usize * bs + p % bs;
             for i in 0..kv_dim {
-                ks[slot * kv_dim + i] = val(p, i, 0.1);
-                vs[slot * kv_dim + i] = val(p, i, 0.2);
-                kc[p * kv_dim + i] = val(p, i, 0.1);
-                vc[p * kv_dim + i] = val(p, i, 0.2);
+                let (h, d) = (i / hd, i % hd);
+                let s = g.row_index(&table_scrambled, p, h) * hd + d;
+                let c = g.row_index(&[0, 1, 2], p, h) * hd + d;
+                ks[s] = val(p, i, 0.1);
+                vs[s] = val(p, i, 0.2);
+                kc[c] = val(p, i, 0.1);
+                vc[c] = val(p, i, 0.2);
             }
         }
         let q: Vec<f32> = (0..nh * hd).map(|i| (i as f32 * 0.3).cos()).collect();
@@ -523,7 +534,7 @@ mod tests {
             for i in 0..hd {
                 assert_eq!(
                     o1[h * hd + i],
-                    vs[3 * bs * kv_dim + (h / 3) * hd + i].to_f32()
+                    vs[g.row_index(&table_scrambled, 0, h / 3) * hd + i].to_f32()
                 );
             }
         }

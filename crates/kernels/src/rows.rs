@@ -161,8 +161,11 @@ impl KvType {
     }
 }
 
-/// One layer's K or V rows, `[block][slot in block][kv_head]` rows of
-/// `head_dim` values each, in the cache's [`KvType`].
+/// One layer's K or V rows, `[block][kv_head][slot in block]` rows of
+/// `head_dim` values each, in the cache's [`KvType`]: head-major within a
+/// block, so one KV head's rows of consecutive positions are contiguous
+/// (attention streams them; slot-major rows of a head sat
+/// `n_kv_heads` rows apart, two cache lines each for 68-byte Q8_0 rows).
 #[derive(Debug, Clone, Copy)]
 pub enum KvRows<'a> {
     F16(&'a [f16]),
@@ -194,8 +197,8 @@ impl PagedKv<'_> {
     /// with block table `table`.
     #[inline]
     pub fn row_index(&self, table: &[u32], pos: usize, kvh: usize) -> usize {
-        let slot = table[pos / self.block_size] as usize * self.block_size + pos % self.block_size;
-        slot * self.n_kv_heads + kvh
+        let (block, off) = (table[pos / self.block_size] as usize, pos % self.block_size);
+        (block * self.n_kv_heads + kvh) * self.block_size + off
     }
 }
 

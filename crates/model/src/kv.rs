@@ -6,8 +6,9 @@
 //! (allocation, sharing, eviction) is the engine's business; the forward
 //! pass receives each sequence's block table.
 //!
-//! Layout of each of K and V: `[layer][block][slot in block][kv_head]`
-//! rows of `head_dim` values.
+//! Layout of each of K and V: `[layer][block][kv_head][slot in block]`
+//! rows of `head_dim` values (head-major blocks: attention streams one
+//! head's rows; see [`KvRows`]).
 
 use crate::config::Config;
 use crate::{Error, Result};
@@ -118,21 +119,21 @@ impl KvCache {
 
     /// Stores one token's K and V (f32, `kv_dim` each) at `slot` of `layer`.
     pub fn store(&mut self, layer: usize, slot: usize, k: &[f32], v: &[f32]) {
-        let (hd, ty) = (self.head_dim, self.ty);
-        let first = layer * self.layer_rows() + slot * self.n_kv_heads;
-        let n = self.n_kv_heads;
+        let (hd, ty, bs) = (self.head_dim, self.ty, self.block_size);
+        // Head `h`'s row: `[layer][block][h][slot in block]`.
+        let row0 = layer * self.layer_rows() + (slot / bs) * bs * self.n_kv_heads + slot % bs;
         for (s, src) in [(&mut self.k, k), (&mut self.v, v)] {
-            match s {
-                Store::F16(d) => {
-                    for (d, x) in d[first * hd..(first + n) * hd].iter_mut().zip(src) {
-                        *d = f16::from_f32(*x);
+            for (h, x) in src.chunks_exact(hd).take(self.n_kv_heads).enumerate() {
+                let r = row0 + h * bs;
+                match s {
+                    Store::F16(d) => {
+                        for (d, x) in d[r * hd..(r + 1) * hd].iter_mut().zip(x) {
+                            *d = f16::from_f32(*x);
+                        }
                     }
-                }
-                Store::Quant(b) => {
-                    let rb = ty.row_bytes(hd);
-                    let dst = &mut b[first * rb..(first + n) * rb];
-                    for (d, x) in dst.chunks_exact_mut(rb).zip(src.chunks_exact(hd)) {
-                        quantize_row(ty, x, d);
+                    Store::Quant(b) => {
+                        let rb = ty.row_bytes(hd);
+                        quantize_row(ty, x, &mut b[r * rb..(r + 1) * rb]);
                     }
                 }
             }

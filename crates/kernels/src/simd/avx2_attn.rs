@@ -143,7 +143,7 @@ fn row_indices(view: &HeadView<'_>, p0: usize, n: usize) -> [usize; ROWS] {
     let first = kv.row_index(view.table, p0, view.kvh);
     if p0 % kv.block_size + n <= kv.block_size {
         for (j, o) in out.iter_mut().enumerate().take(n) {
-            *o = first + j * kv.n_kv_heads;
+            *o = first + j;
         }
     } else {
         for (j, o) in out.iter_mut().enumerate().take(n) {

@@ -45,7 +45,7 @@ fn indices(view: &HeadView<'_>, p0: usize, n: usize) -> [usize; LANES] {
     if p0 % kv.block_size + n <= kv.block_size {
         let first = kv.row_index(view.table, p0, view.kvh);
         for (j, o) in out.iter_mut().enumerate().take(n) {
-            *o = first + j * kv.n_kv_heads;
+            *o = first + j;
         }
     } else {
         for (j, o) in out.iter_mut().enumerate().take(n) {
