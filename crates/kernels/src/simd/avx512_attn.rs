@@ -34,7 +34,7 @@ const LANES: usize = CHUNK;
 /// Longest cache row handled (the tile's widest head, 256 values).
 const MAX_ROW: usize = 256 / QK * BLOCK_BYTES;
 /// Positions ahead of the pass whose rows are prefetched.
-const PREFETCH_AHEAD: usize = LANES;
+const PREFETCH_AHEAD: usize = 4 * LANES;
 
 /// Row indices of the `n` (at most [`LANES`]) positions from `p0` of
 /// `view`'s KV head: one table lookup when they share a cache block.
@@ -71,13 +71,21 @@ fn rows_at(
     if next < n_last {
         let n = (n_last - next).min(LANES);
         let base = cache.as_ptr();
-        for &i in &indices(view, next, n)[..n] {
-            for off in (0..rb).step_by(64) {
+        let idx = indices(view, next, n);
+        let fetch = |at: usize, len: usize| {
+            for off in (0..len + 63).step_by(64) {
                 // SAFETY: a prefetch reads nothing architecturally (the
                 // address is only computed, with wrapping arithmetic).
-                unsafe {
-                    _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(i * rb + off) as *const i8)
-                };
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(at + off) as *const i8) };
+            }
+        };
+        // Rows of one cache block are contiguous (head-major blocks): one
+        // run of lines; otherwise each row's own.
+        if idx[n - 1] == idx[0] + n - 1 {
+            fetch(idx[0] * rb, n * rb);
+        } else {
+            for &i in &idx[..n] {
+                fetch(i * rb, rb);
             }
         }
     }
