@@ -4,14 +4,14 @@
 //! - **Scores.** Each query row is quantized to Q8_0 (as llama.cpp does for
 //!   a `q8_0` K cache) and a score is `sum_b dq_b * dk_b * (q_b . k_b)`
 //!   over the row's 32-value blocks, the dot products in integers.
-//! - **Weighted sum of V.** Per 16-position chunk, query row and V block,
+//! - **Weighted sum of V.** Per 32-position chunk, query row and V block,
 //!   the softmax weights times the V block scales, `w_p = P_p * dv_p`, are
-//!   quantized to 16 bits against the chunk's largest
-//!   (`u_p = round(65535 * w_p / max w)`), the chunk's sum
+//!   quantized to 16 bits against the chunk's largest `P` times its largest
+//!   `dv` (`u_p = round(65535 * w_p / (max P * max dv))`), the chunk's sum
 //!   `sum_p u_p * v_p` is taken in integers (the SIMD kernel as two byte
-//!   sums, high and low), and `max w / 65535` times it is added to the
-//!   output in f32. Each weight is off by at most 1/131070 of its chunk's
-//!   largest, far below what Q8_0 V itself loses (8-bit weights measured
+//!   sums, high and low), and `max P * max dv / 65535` times it is added
+//!   to the output in f32. Each weight is off by at most 1/131070 of that
+//!   bound, far below what Q8_0 V itself loses (8-bit weights measured
 //!   1.6% off on a 150-position sum: too coarse).
 //!
 //! Scores and weights sit in rows of stride `w` (positions `start..`), as
@@ -24,8 +24,10 @@ use crate::rows::HeadView;
 pub const QK: usize = 32;
 /// Bytes per Q8_0 block: an f16 scale, then 32 int8 values.
 pub const BLOCK_BYTES: usize = 34;
-/// Positions per weight-quantization chunk (and per SIMD pass).
+/// Positions per SIMD pass of the scores.
 pub const CHUNK: usize = 16;
+/// Positions per weight-quantization chunk of the V sum.
+pub const V_CHUNK: usize = 32;
 
 /// Query rows quantized to Q8_0 for the integer scores.
 pub struct QuantQuery {
@@ -73,15 +75,24 @@ pub const MIN_WEIGHT_MAX: f32 = 1e-30;
 /// a low byte (each an unsigned `vpdpbusd` operand).
 pub const WEIGHT_MAX: f32 = 65535.0;
 
-/// The quantized weights of one chunk, query row and V block: `u` (16-bit)
-/// and the scale `max w / 65535` their integer sum is multiplied by.
-/// `w` holds the chunk's [`CHUNK`] weights (non-negative).
-pub fn quantize_weights(w: &[f32; CHUNK]) -> ([u16; CHUNK], f32) {
-    let m = w.iter().fold(0.0f32, |m, &x| m.max(x)).max(MIN_WEIGHT_MAX);
-    let inv = WEIGHT_MAX / m;
+/// The quantized weights of one chunk of the V sum, query row and V
+/// block: `u` (16-bit) and the scale their integer sum is multiplied by.
+/// `p` holds the chunk's [`V_CHUNK`] softmax weights, `dv` the V rows'
+/// scales of the block (both non-negative). The weight of a position is
+/// `p * dv`, quantized against the product of the chunk's largest `p` and
+/// largest `dv` (the second is shared by every query row, so a SIMD pass
+/// takes one horizontal maximum and one division per row).
+pub fn quantize_weights(p: &[f32; V_CHUNK], dv: &[f32; V_CHUNK]) -> ([u16; V_CHUNK], f32) {
+    let dmax = dv.iter().fold(MIN_WEIGHT_MAX, |m, &x| m.max(x));
+    let pmax = p.iter().fold(MIN_WEIGHT_MAX, |m, &x| m.max(x));
+    let (c, inv) = (WEIGHT_MAX / dmax, 1.0 / pmax);
     (
-        std::array::from_fn(|p| (w[p] * inv).round_ties_even().clamp(0.0, WEIGHT_MAX) as u16),
-        m * (1.0 / WEIGHT_MAX),
+        std::array::from_fn(|j| {
+            ((p[j] * inv) * (dv[j] * c))
+                .round_ties_even()
+                .clamp(0.0, WEIGHT_MAX) as u16
+        }),
+        pmax * dmax * (1.0 / WEIGHT_MAX),
     )
 }
 
@@ -156,22 +167,27 @@ pub fn weighted_v_reference(
     let hd = view.kv.head_dim;
     let nb = hd / QK;
     out[..rows * hd].fill(0.0);
-    for p0 in (start..n_last).step_by(CHUNK) {
-        let vr: Vec<Option<&[u8]>> = (p0..p0 + CHUNK).map(|p| row(view, v, p, n_last)).collect();
+    for p0 in (start..n_last).step_by(V_CHUNK) {
+        let vr: Vec<Option<&[u8]>> = (p0..p0 + V_CHUNK)
+            .map(|p| row(view, v, p, n_last))
+            .collect();
         for r in 0..rows {
+            let p: [f32; V_CHUNK] = std::array::from_fn(|j| {
+                if p0 + j < w {
+                    probs[r * w + p0 + j]
+                } else {
+                    0.0
+                }
+            });
             for b in 0..nb {
-                let wts: [f32; CHUNK] = std::array::from_fn(|j| {
-                    let p = p0 + j;
-                    match vr[j] {
-                        Some(vr) if p < w => {
-                            probs[r * w + p] * read_f16(&vr[b * BLOCK_BYTES..b * BLOCK_BYTES + 2])
-                        }
-                        _ => 0.0,
-                    }
+                let dv: [f32; V_CHUNK] = std::array::from_fn(|j| {
+                    vr[j].map_or(0.0, |vr| {
+                        read_f16(&vr[b * BLOCK_BYTES..b * BLOCK_BYTES + 2])
+                    })
                 });
-                let (u, s) = quantize_weights(&wts);
+                let (u, s) = quantize_weights(&p, &dv);
                 for d in 0..QK {
-                    let sum: i32 = (0..CHUNK)
+                    let sum: i32 = (0..V_CHUNK)
                         .filter_map(|j| {
                             vr[j].map(|vr| u[j] as i32 * vr[b * BLOCK_BYTES + 2 + d] as i8 as i32)
                         })
@@ -184,8 +200,6 @@ pub fn weighted_v_reference(
     }
 }
 
-/// A paged Q8_0 cache for the tests of this module and of the SIMD
-/// kernels.
 #[cfg(test)]
 pub(crate) mod test_cache {
     use crate::rows::{HeadView, KvRows, KvType, PagedKv};

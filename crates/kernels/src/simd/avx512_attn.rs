@@ -24,7 +24,7 @@
 #![allow(unsafe_code)]
 
 use crate::attention_q8::{
-    quantize_query, QuantQuery, BLOCK_BYTES, CHUNK, MIN_WEIGHT_MAX, QK, WEIGHT_MAX,
+    quantize_query, QuantQuery, BLOCK_BYTES, CHUNK, MIN_WEIGHT_MAX, QK, V_CHUNK, WEIGHT_MAX,
 };
 use crate::rows::{HeadView, KvRows, KvType};
 use std::arch::x86_64::*;
@@ -42,6 +42,9 @@ const PREFETCH_AHEAD: usize = 4 * LANES;
 fn indices(view: &HeadView<'_>, p0: usize, n: usize) -> [usize; LANES] {
     let kv = &view.kv;
     let mut out = [0usize; LANES];
+    if n == 0 {
+        return out;
+    }
     if p0 % kv.block_size + n <= kv.block_size {
         let first = kv.row_index(view.table, p0, view.kvh);
         for (j, o) in out.iter_mut().enumerate().take(n) {
@@ -275,12 +278,13 @@ pub(super) unsafe fn tile_q8k(
 
 /// The weighted sum of the Q8_0 V rows `v` at positions `start..n_last`
 /// with the softmax weights `probs[r * w + p]` of `rows` rows, into `out`
-/// (`rows * hd`, overwritten): per chunk of [`LANES`] positions the rows
+/// (`rows * hd`, overwritten). Per chunk of [`V_CHUNK`] positions the rows
 /// are transposed so each dword lane holds one dimension of four
-/// positions, and each `vpdpbusd` with four positions' quantized weights
-/// advances sixteen dimensions (see [`crate::attention_q8`]). The
-/// dimensions of the accumulators are in the transpose's order until the
-/// end.
+/// positions, the weights are quantized to 16 bits (see
+/// [`crate::attention_q8`]), and each pair of `vpdpbusd` (high and low
+/// weight bytes) with four positions' weights advances sixteen dimensions.
+/// The dimensions of the accumulators are in the transpose's order until
+/// the end.
 ///
 /// # Safety
 /// AVX-512 F/BW/VL/VNNI are available; `hd` is a multiple of 64 and at
@@ -298,46 +302,65 @@ pub(crate) unsafe fn weighted_v_q8(
     w: usize,
     out: &mut [f32],
 ) {
+    const SUB: usize = V_CHUNK / LANES;
     let hd = view.kv.head_dim;
     let (nb, nz) = (hd / QK, hd / 64);
     let zero = [0u8; MAX_ROW];
     // Transposed chunk: [group of 4 positions][64-value slice][register][64 bytes].
-    let mut vt = [0u8; 4 * (256 / 64) * 4 * 64];
+    let mut vt = [0u8; V_CHUNK / 4 * (256 / 64) * 4 * 64];
     let mut acc_f = vec![0.0f32; rows * hd];
-    for p0 in (start..n_last).step_by(LANES) {
-        let ptr = rows_at(view, v, p0, n_last, &zero);
-        let mask: __mmask16 = ((1u32 << (w - p0).min(LANES)) - 1) as u16;
-        // SAFETY: every pointer in `ptr` starts a whole row of `nb` blocks;
-        // `vt` holds `4 * nz * 4` registers.
-        let dv: [__m512; 8] = unsafe {
-            transpose_v(&ptr, nz, vt.as_mut_ptr());
-            std::array::from_fn(|b| {
-                if b < nb {
-                    block_scales(&ptr, b * BLOCK_BYTES)
-                } else {
-                    _mm512_setzero_ps()
+    let tiny = _mm512_set1_ps(MIN_WEIGHT_MAX);
+    for p0 in (start..n_last).step_by(V_CHUNK) {
+        // Per sixteen-position half: the weights' lanes inside the
+        // weights row, and each V block's scales times 65535 over the
+        // chunk's largest scale of that block (shared by all rows).
+        let mut mask = [0 as __mmask16; SUB];
+        let mut dvs = [[_mm512_setzero_ps(); SUB]; 8];
+        let mut dmax = [0.0f32; 8];
+        for h in 0..SUB {
+            let q0 = p0 + h * LANES;
+            mask[h] = ((1u32 << w.saturating_sub(q0).min(LANES)) - 1) as u16;
+            let ptr = rows_at(view, v, q0, n_last, &zero);
+            // SAFETY: every pointer in `ptr` starts a whole row of `nb`
+            // blocks; `vt` holds `V_CHUNK / 4 * nz * 4` registers.
+            unsafe {
+                transpose_v(&ptr, nz, vt[h * 4 * nz * 4 * 64..].as_mut_ptr());
+                for b in 0..nb {
+                    dvs[b][h] = block_scales(&ptr, b * BLOCK_BYTES);
                 }
-            })
-        };
+            }
+        }
+        for b in 0..nb {
+            let m = dvs[b].iter().fold(tiny, |m, d| _mm512_max_ps(m, *d));
+            dmax[b] = _mm512_reduce_max_ps(m);
+            let c = _mm512_set1_ps(WEIGHT_MAX / dmax[b]);
+            for d in dvs[b].iter_mut() {
+                *d = _mm512_mul_ps(*d, c);
+            }
+        }
         for r in 0..rows {
-            // SAFETY: `mask` keeps the load inside row `r` of `probs`.
-            let pr = unsafe { _mm512_maskz_loadu_ps(mask, probs[r * w + p0..].as_ptr()) };
-            // Block `b`'s sixteen weights as bytes, and their scale (kept in
-            // registers: a byte store read back as a vector does not forward).
-            // Block `b`'s sixteen 16-bit weights as high and low bytes, and
-            // their scale (kept in registers: a byte store read back as a
-            // vector does not forward).
-            let quant = |b: usize| {
-                let wv = _mm512_mul_ps(pr, dv[b]);
-                let m = _mm512_reduce_max_ps(wv).max(MIN_WEIGHT_MAX);
-                let q = _mm512_cvtps_epi32(_mm512_mul_ps(wv, _mm512_set1_ps(WEIGHT_MAX / m)));
+            let pr: [__m512; SUB] = std::array::from_fn(|h| {
+                if mask[h] == 0 {
+                    return _mm512_setzero_ps();
+                }
+                // SAFETY: `mask` keeps the load inside row `r` of `probs`.
+                unsafe { _mm512_maskz_loadu_ps(mask[h], probs[r * w + p0 + h * LANES..].as_ptr()) }
+            });
+            let pmax = _mm512_reduce_max_ps(pr.iter().fold(tiny, |m, p| _mm512_max_ps(m, *p)));
+            let inv = _mm512_set1_ps(1.0 / pmax);
+            let pr = pr.map(|p| _mm512_mul_ps(p, inv));
+            // Block `b`'s weights of half `h` as high and low bytes (kept in
+            // registers: a byte store read back as a vector does not
+            // forward).
+            let quant = |b: usize, h: usize| {
+                let q = _mm512_cvtps_epi32(_mm512_mul_ps(pr[h], dvs[b][h]));
                 let hi = _mm512_cvtusepi32_epi8(_mm512_srli_epi32::<8>(q));
                 let lo = _mm512_cvtepi32_epi8(_mm512_and_si512(q, _mm512_set1_epi32(0xff)));
-                (hi, lo, m * (1.0 / WEIGHT_MAX))
+                (hi, lo)
             };
             // Block 2z's bytes `u0` in the low 256 bits, block 2z + 1's `u1`
             // in the high; dword `grp` of each 128-bit lane holds the
-            // weights of positions 4 grp..4 grp + 4.
+            // weights of positions 4 grp..4 grp + 4 of the half.
             let spread = |u0: __m128i, u1: __m128i| {
                 let both = _mm512_inserti64x4::<1>(
                     _mm512_broadcast_i32x4(u0),
@@ -351,32 +374,38 @@ pub(crate) unsafe fn weighted_v_q8(
                 ]
             };
             for z in 0..nz {
-                let ((h0, l0, s0), (h1, l1, s1)) = (quant(2 * z), quant(2 * z + 1));
-                let (wh, wl) = (spread(h0, h1), spread(l0, l1));
                 let mut hi = [_mm512_setzero_si512(); 4];
                 let mut lo = [_mm512_setzero_si512(); 4];
-                for grp in 0..4 {
-                    for i in 0..4 {
-                        // SAFETY: register `i` of slice `z` of group `grp` lies in `vt`.
-                        let vr = unsafe {
-                            _mm512_loadu_si512(
-                                vt[((grp * nz + z) * 4 + i) * 64..].as_ptr() as *const _
-                            )
-                        };
-                        hi[i] = _mm512_dpbusd_epi32(hi[i], wh[grp], vr);
-                        lo[i] = _mm512_dpbusd_epi32(lo[i], wl[grp], vr);
+                for h in 0..SUB {
+                    let ((h0, l0), (h1, l1)) = (quant(2 * z, h), quant(2 * z + 1, h));
+                    let (wh, wl) = (spread(h0, h1), spread(l0, l1));
+                    for grp in 0..4 {
+                        let at = (((h * 4 + grp) * nz + z) * 4) * 64;
+                        for i in 0..4 {
+                            // SAFETY: register `i` of slice `z` of group
+                            // `grp` of half `h` lies in `vt`.
+                            let vr = unsafe {
+                                _mm512_loadu_si512(vt[at + i * 64..].as_ptr() as *const _)
+                            };
+                            hi[i] = _mm512_dpbusd_epi32(hi[i], wh[grp], vr);
+                            lo[i] = _mm512_dpbusd_epi32(lo[i], wl[grp], vr);
+                        }
                     }
                 }
-                let acc: [__m512i; 4] =
-                    std::array::from_fn(|i| _mm512_add_epi32(_mm512_slli_epi32::<8>(hi[i]), lo[i]));
-                let s = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(s0), _mm512_set1_ps(s1));
-                for (i, a) in acc.iter().enumerate() {
+                let scale = |b: usize| pmax * dmax[b] * (1.0 / WEIGHT_MAX);
+                let s = _mm512_mask_blend_ps(
+                    0xff00,
+                    _mm512_set1_ps(scale(2 * z)),
+                    _mm512_set1_ps(scale(2 * z + 1)),
+                );
+                for i in 0..4 {
+                    let a = _mm512_add_epi32(_mm512_slli_epi32::<8>(hi[i]), lo[i]);
                     let o = acc_f[r * hd + (z * 4 + i) * 16..].as_mut_ptr();
                     // SAFETY: 16 floats of row `r` from `(z * 4 + i) * 16 < hd`.
                     unsafe {
                         _mm512_storeu_ps(
                             o,
-                            _mm512_fmadd_ps(_mm512_cvtepi32_ps(*a), s, _mm512_loadu_ps(o)),
+                            _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), s, _mm512_loadu_ps(o)),
                         )
                     };
                 }
