@@ -200,6 +200,34 @@ impl PagedKv<'_> {
         let (block, off) = (table[pos / self.block_size] as usize, pos % self.block_size);
         (block * self.n_kv_heads + kvh) * self.block_size + off
     }
+
+    /// Row indices of the `n` (at most `N`) positions from `p0` of KV head
+    /// `kvh`, zero past `n`: one table lookup when they share a cache
+    /// block (consecutive rows there: blocks are head-major).
+    #[inline(always)]
+    pub fn row_indices<const N: usize>(
+        &self,
+        table: &[u32],
+        p0: usize,
+        n: usize,
+        kvh: usize,
+    ) -> [usize; N] {
+        let mut out = [0usize; N];
+        if n == 0 {
+            return out;
+        }
+        if p0 % self.block_size + n <= self.block_size {
+            let first = self.row_index(table, p0, kvh);
+            for (j, o) in out.iter_mut().enumerate().take(n) {
+                *o = first + j;
+            }
+        } else {
+            for (j, o) in out.iter_mut().enumerate().take(n) {
+                *o = self.row_index(table, p0 + j, kvh);
+            }
+        }
+        out
+    }
 }
 
 /// One KV head of one sequence's cache, as attention reads it.

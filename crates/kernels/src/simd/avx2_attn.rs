@@ -134,23 +134,10 @@ fn checked(
     )
 }
 
-/// Index of the cache row at each of the `n` positions from `p0` (one
-/// table lookup when they share a block, as aligned runs do).
+/// Index of the cache row at each of the `n` positions from `p0`.
 #[inline]
 fn row_indices(view: &HeadView<'_>, p0: usize, n: usize) -> [usize; ROWS] {
-    let kv = &view.kv;
-    let mut out = [0usize; ROWS];
-    let first = kv.row_index(view.table, p0, view.kvh);
-    if p0 % kv.block_size + n <= kv.block_size {
-        for (j, o) in out.iter_mut().enumerate().take(n) {
-            *o = first + j;
-        }
-    } else {
-        for (j, o) in out.iter_mut().enumerate().take(n) {
-            *o = kv.row_index(view.table, p0 + j, view.kvh);
-        }
-    }
-    out
+    view.kv.row_indices::<ROWS>(view.table, p0, n, view.kvh)
 }
 
 /// Asks for the cache rows of the `n` positions from `p0` (K or V) to be

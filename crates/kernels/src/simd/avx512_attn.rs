@@ -36,28 +36,6 @@ const MAX_ROW: usize = 256 / QK * BLOCK_BYTES;
 /// Positions ahead of the pass whose rows are prefetched.
 const PREFETCH_AHEAD: usize = 4 * LANES;
 
-/// Row indices of the `n` (at most [`LANES`]) positions from `p0` of
-/// `view`'s KV head: one table lookup when they share a cache block.
-#[inline(always)]
-fn indices(view: &HeadView<'_>, p0: usize, n: usize) -> [usize; LANES] {
-    let kv = &view.kv;
-    let mut out = [0usize; LANES];
-    if n == 0 {
-        return out;
-    }
-    if p0 % kv.block_size + n <= kv.block_size {
-        let first = kv.row_index(view.table, p0, view.kvh);
-        for (j, o) in out.iter_mut().enumerate().take(n) {
-            *o = first + j;
-        }
-    } else {
-        for (j, o) in out.iter_mut().enumerate().take(n) {
-            *o = kv.row_index(view.table, p0 + j, view.kvh);
-        }
-    }
-    out
-}
-
 /// The Q8_0 rows of the [`LANES`] positions from `p0` of `view`'s KV head
 /// in `cache` (pointers into bounds-checked slices), `zero` past `n_last`;
 /// prefetches the rows [`PREFETCH_AHEAD`] positions on.
@@ -74,7 +52,7 @@ fn rows_at(
     if next < n_last {
         let n = (n_last - next).min(LANES);
         let base = cache.as_ptr();
-        let idx = indices(view, next, n);
+        let idx = view.kv.row_indices::<LANES>(view.table, next, n, view.kvh);
         let fetch = |at: usize, len: usize| {
             for off in (0..len + 63).step_by(64) {
                 // SAFETY: a prefetch reads nothing architecturally (the
@@ -93,7 +71,7 @@ fn rows_at(
         }
     }
     let n = n_last.saturating_sub(p0).min(LANES);
-    let idx = indices(view, p0, n);
+    let idx = view.kv.row_indices::<LANES>(view.table, p0, n, view.kvh);
     std::array::from_fn(|j| {
         if j < n {
             cache[idx[j] * rb..(idx[j] + 1) * rb].as_ptr()
