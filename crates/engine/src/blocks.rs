@@ -11,7 +11,8 @@
 //! The pool lives on the engine thread only (`Rc`, not `Arc`).
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::hash::{Hash, Hasher};
 use std::rc::Rc;
 
@@ -39,7 +40,10 @@ struct Entry {
 #[derive(Debug)]
 struct Inner {
     entries: Vec<Entry>,
-    free: Vec<u32>,
+    /// Free ids, the lowest handed out first: a sequence's blocks then tend
+    /// to be consecutive, and the KV pool's head-major rows of consecutive
+    /// blocks are one stream for attention to read.
+    free: BinaryHeap<Reverse<u32>>,
     cached: HashMap<ChainHash, u32>,
     /// Unreferenced published blocks, oldest use first.
     lru: BTreeMap<u64, u32>,
@@ -110,7 +114,7 @@ impl Drop for Block {
             e.lru_tick = Some(p.tick);
             p.lru.insert(p.tick, self.id);
         } else {
-            p.free.push(self.id);
+            p.free.push(Reverse(self.id));
         }
     }
 }
@@ -127,8 +131,7 @@ impl BlockPool {
         BlockPool {
             inner: Rc::new(RefCell::new(Inner {
                 entries,
-                // Pop from the end: hand out low ids first.
-                free: (0..n as u32).rev().collect(),
+                free: (0..n as u32).map(Reverse).collect(),
                 cached: HashMap::new(),
                 lru: BTreeMap::new(),
                 tick: 0,
@@ -144,7 +147,7 @@ impl BlockPool {
         let mut p = self.inner.borrow_mut();
         let p = &mut *p;
         let id = match p.free.pop() {
-            Some(id) => id,
+            Some(Reverse(id)) => id,
             None => {
                 let (_, id) = p.lru.pop_first()?;
                 let e = &mut p.entries[id as usize];
@@ -269,7 +272,7 @@ impl BlockPool {
             if let Some((h, _)) = e.key.take() {
                 p.cached.remove(&h);
             }
-            p.free.push(id);
+            p.free.push(Reverse(id));
         }
     }
 }
@@ -307,6 +310,20 @@ mod tests {
         assert!(pool.lookup(h, &[1, 2]).is_none(), "evicted");
         drop(all);
         assert_eq!(pool.stats().free, 3);
+    }
+
+    #[test]
+    fn the_lowest_free_blocks_go_first_so_sequences_get_runs() {
+        let pool = BlockPool::new(8);
+        let ids = |v: &[Block]| v.iter().map(|b| b.id()).collect::<Vec<_>>();
+        let a: Vec<Block> = (0..3).map(|_| pool.alloc().unwrap()).collect();
+        let b: Vec<Block> = (0..3).map(|_| pool.alloc().unwrap()).collect();
+        assert_eq!(ids(&a), [0, 1, 2]);
+        drop(a);
+        // Freed in any order, handed out again ascending.
+        let c: Vec<Block> = (0..4).map(|_| pool.alloc().unwrap()).collect();
+        assert_eq!(ids(&c), [0, 1, 2, 6]);
+        drop(b);
     }
 
     #[test]

@@ -24,8 +24,8 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
-/// Version 02: head-major KV blocks (`[kv_head][slot]` rows); files of
-/// version 01 (slot-major) are not read.
+/// Version 02: head-major KV rows (a block's bytes: per layer, K then V,
+/// each `[kv_head][slot]`); files of version 01 (slot-major) are not read.
 const MAGIC: &[u8; 8] = b"HKVBLK02";
 const EXT: &str = "kvb";
 

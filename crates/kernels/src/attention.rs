@@ -463,7 +463,9 @@ mod tests {
             n_kv_heads: nkv,
             head_dim: hd,
         };
-        let g = geometry(KvRows::F16(&[]), KvRows::F16(&[]));
+        // The row index depends on the pool's size (head-major pools).
+        let shape = ks.clone();
+        let g = geometry(KvRows::F16(&shape), KvRows::F16(&shape));
         for p in 0..n_ctx {
             for i in 0..kv_dim {
                 let (h, d) = (i / hd, i % hd);

@@ -161,11 +161,13 @@ impl KvType {
     }
 }
 
-/// One layer's K or V rows, `[block][kv_head][slot in block]` rows of
-/// `head_dim` values each, in the cache's [`KvType`]: head-major within a
-/// block, so one KV head's rows of consecutive positions are contiguous
-/// (attention streams them; slot-major rows of a head sat
-/// `n_kv_heads` rows apart, two cache lines each for 68-byte Q8_0 rows).
+/// One layer's K or V rows, `[kv_head][block][slot in block]` rows of
+/// `head_dim` values each, in the cache's [`KvType`]: head-major, so one
+/// KV head's rows of consecutive positions are contiguous within a block,
+/// and across blocks where the allocator handed a sequence consecutive
+/// blocks (attention streams them; slot-major rows of a head sat
+/// `n_kv_heads` rows apart, two cache lines each for 68-byte Q8_0 rows,
+/// and block-major ones broke the stream every block).
 #[derive(Debug, Clone, Copy)]
 pub enum KvRows<'a> {
     F16(&'a [f16]),
@@ -194,16 +196,26 @@ pub struct PagedKv<'a> {
 
 impl PagedKv<'_> {
     /// Index of the row of KV head `kvh` at position `pos` of a sequence
-    /// with block table `table`.
+    /// with block table `table` (`[kv_head][block][slot]`).
     #[inline]
     pub fn row_index(&self, table: &[u32], pos: usize, kvh: usize) -> usize {
         let (block, off) = (table[pos / self.block_size] as usize, pos % self.block_size);
-        (block * self.n_kv_heads + kvh) * self.block_size + off
+        (kvh * self.n_blocks() + block) * self.block_size + off
+    }
+
+    /// Blocks in the pool: the rows of K over `n_kv_heads * block_size`.
+    #[inline]
+    pub fn n_blocks(&self) -> usize {
+        let rows = match self.k {
+            KvRows::F16(v) => v.len() / self.head_dim,
+            KvRows::Quant(t, b) => b.len() / t.row_bytes(self.head_dim),
+        };
+        rows / (self.n_kv_heads * self.block_size)
     }
 
     /// Row indices of the `n` (at most `N`) positions from `p0` of KV head
     /// `kvh`, zero past `n`: one table lookup when they share a cache
-    /// block (consecutive rows there: blocks are head-major).
+    /// block (consecutive rows there: the pool is head-major).
     #[inline(always)]
     pub fn row_indices<const N: usize>(
         &self,

@@ -6,9 +6,11 @@
 //! (allocation, sharing, eviction) is the engine's business; the forward
 //! pass receives each sequence's block table.
 //!
-//! Layout of each of K and V: `[layer][block][kv_head][slot in block]`
-//! rows of `head_dim` values (head-major blocks: attention streams one
-//! head's rows; see [`KvRows`]).
+//! Layout of each of K and V: `[layer][kv_head][block][slot in block]`
+//! rows of `head_dim` values (head-major: attention streams one head's
+//! rows, across blocks where a sequence's blocks are consecutive; see
+//! [`KvRows`]). A block's bytes on disk keep the order of the earlier
+//! block-major layout (layer, K then V, head), so disk files carry over.
 
 use crate::config::Config;
 use crate::{Error, Result};
@@ -120,11 +122,12 @@ impl KvCache {
     /// Stores one token's K and V (f32, `kv_dim` each) at `slot` of `layer`.
     pub fn store(&mut self, layer: usize, slot: usize, k: &[f32], v: &[f32]) {
         let (hd, ty, bs) = (self.head_dim, self.ty, self.block_size);
-        // Head `h`'s row: `[layer][block][h][slot in block]`.
-        let row0 = layer * self.layer_rows() + (slot / bs) * bs * self.n_kv_heads + slot % bs;
+        // Head `h`'s row: `[layer][h][block][slot in block]`.
+        let row0 = layer * self.layer_rows() + slot;
+        let head_rows = self.n_blocks * bs;
         for (s, src) in [(&mut self.k, k), (&mut self.v, v)] {
             for (h, x) in src.chunks_exact(hd).take(self.n_kv_heads).enumerate() {
-                let r = row0 + h * bs;
+                let r = row0 + h * head_rows;
                 match s {
                     Store::F16(d) => {
                         for (d, x) in d[r * hd..(r + 1) * hd].iter_mut().zip(x) {
@@ -148,29 +151,39 @@ impl KvCache {
         self.block_size * self.bytes_per_token()
     }
 
-    /// The byte ranges of `block`'s rows in each layer of one store.
-    fn block_ranges(&self, block: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
-        let rows = self.block_size * self.n_kv_heads;
+    /// The byte ranges of `block`'s rows in one store, per layer one per
+    /// KV head: the order of [`Self::read_block`]'s bytes is layer, then
+    /// K before V, then head.
+    fn block_ranges(&self, block: usize) -> Vec<Vec<std::ops::Range<usize>>> {
+        let bs = self.block_size;
         let row_bytes = self.ty.row_bytes(self.head_dim);
-        let (layer_rows, n) = (self.layer_rows(), self.n_layers);
-        (0..n).map(move |l| {
-            let first = (l * layer_rows + block * rows) * row_bytes;
-            first..first + rows * row_bytes
-        })
+        let (layer_rows, head_rows) = (self.layer_rows(), self.n_blocks * bs);
+        (0..self.n_layers)
+            .map(|l| {
+                (0..self.n_kv_heads)
+                    .map(|h| {
+                        let first = (l * layer_rows + h * head_rows + block * bs) * row_bytes;
+                        first..first + bs * row_bytes
+                    })
+                    .collect()
+            })
+            .collect()
     }
 
     /// Appends `block`'s K and V rows of every layer to `out`, as bytes
-    /// (layer by layer, K then V; f16 little-endian).
+    /// (layer by layer, K then V, head by head; f16 little-endian).
     pub fn read_block(&self, block: usize, out: &mut Vec<u8>) {
-        for r in self.block_ranges(block) {
+        for layer in self.block_ranges(block) {
             for s in [&self.k, &self.v] {
-                match s {
-                    Store::F16(v) => out.extend(
-                        v[r.start / 2..r.end / 2]
-                            .iter()
-                            .flat_map(|x| x.to_bits().to_le_bytes()),
-                    ),
-                    Store::Quant(b) => out.extend_from_slice(&b[r.clone()]),
+                for r in &layer {
+                    match s {
+                        Store::F16(v) => out.extend(
+                            v[r.start / 2..r.end / 2]
+                                .iter()
+                                .flat_map(|x| x.to_bits().to_le_bytes()),
+                        ),
+                        Store::Quant(b) => out.extend_from_slice(&b[r.clone()]),
+                    }
                 }
             }
         }
@@ -190,23 +203,24 @@ impl KvCache {
                 ),
             });
         }
-        let ranges: Vec<_> = self.block_ranges(block).collect();
         let mut src = data;
-        for r in ranges {
+        for layer in self.block_ranges(block) {
             for s in [&mut self.k, &mut self.v] {
-                let (now, rest) = src.split_at(r.len());
-                match s {
-                    Store::F16(v) => {
-                        for (d, b) in v[r.start / 2..r.end / 2]
-                            .iter_mut()
-                            .zip(now.chunks_exact(2))
-                        {
-                            *d = f16::from_bits(u16::from_le_bytes([b[0], b[1]]));
+                for r in &layer {
+                    let (now, rest) = src.split_at(r.len());
+                    match s {
+                        Store::F16(v) => {
+                            for (d, b) in v[r.start / 2..r.end / 2]
+                                .iter_mut()
+                                .zip(now.chunks_exact(2))
+                            {
+                                *d = f16::from_bits(u16::from_le_bytes([b[0], b[1]]));
+                            }
                         }
+                        Store::Quant(b) => b[r.clone()].copy_from_slice(now),
                     }
-                    Store::Quant(b) => b[r.clone()].copy_from_slice(now),
+                    src = rest;
                 }
-                src = rest;
             }
         }
         Ok(())
@@ -248,6 +262,90 @@ pub fn check_kv_type(config: &Config, ty: KvType) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    /// A pool of 2 layers, 3 blocks of 4 slots, 2 KV heads of 8, f16.
+    fn small() -> KvCache {
+        let rows = 2 * 3 * 4 * 2;
+        KvCache {
+            n_layers: 2,
+            n_blocks: 3,
+            block_size: 4,
+            n_kv_heads: 2,
+            head_dim: 8,
+            ty: KvType::F16,
+            k: Store::F16(zeroed(rows * 8)),
+            v: Store::F16(zeroed(rows * 8)),
+        }
+    }
+
+    /// Value `d` of head `h` at `slot` of `layer`, K (`kv = 0`) or V.
+    fn val(layer: usize, kv: usize, h: usize, slot: usize, d: usize) -> f32 {
+        (((layer * 2 + kv) * 2 + h) * 100 + slot * 10 + d) as f32
+    }
+
+    fn fill(c: &mut KvCache) {
+        for layer in 0..2 {
+            for slot in 0..12 {
+                let row = |kv| {
+                    (0..16)
+                        .map(|i| val(layer, kv, i / 8, slot, i % 8))
+                        .collect::<Vec<_>>()
+                };
+                c.store(layer, slot, &row(0), &row(1));
+            }
+        }
+    }
+
+    #[test]
+    fn stored_rows_are_where_attention_reads_them() {
+        let mut c = small();
+        fill(&mut c);
+        for layer in 0..2 {
+            let view = c.layer(layer);
+            let KvRows::F16(k) = view.k else { panic!() };
+            let table = [2u32, 0, 1];
+            for pos in 0..12 {
+                for h in 0..2 {
+                    let r = view.row_index(&table, pos, h);
+                    let slot = table[pos / 4] as usize * 4 + pos % 4;
+                    assert_eq!(k[r * 8 + 3].to_f32(), val(layer, 0, h, slot, 3));
+                }
+            }
+        }
+    }
+
+    /// A block's bytes are ordered layer, K then V, head, slot, value: the
+    /// disk tier's files (`HKVBLK02`) depend on it.
+    #[test]
+    fn a_block_reads_in_the_disk_order_and_writes_back() {
+        let mut c = small();
+        fill(&mut c);
+        let mut bytes = Vec::new();
+        c.read_block(1, &mut bytes);
+        assert_eq!(bytes.len(), c.block_bytes());
+        let halves: Vec<f32> = bytes
+            .chunks_exact(2)
+            .map(|b| f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32())
+            .collect();
+        let mut want = Vec::new();
+        for layer in 0..2 {
+            for kv in 0..2 {
+                for h in 0..2 {
+                    for s in 4..8 {
+                        want.extend((0..8).map(|d| val(layer, kv, h, s, d)));
+                    }
+                }
+            }
+        }
+        assert_eq!(halves, want);
+        let mut other = small();
+        other.write_block(2, &bytes).unwrap();
+        let mut back = Vec::new();
+        other.read_block(2, &mut back);
+        assert_eq!(back, bytes);
+        assert!(other.write_block(0, &bytes[1..]).is_err());
+    }
     /// Resident memory of this process in KiB (Linux).
     #[cfg(target_os = "linux")]
     fn rss_kib() -> usize {

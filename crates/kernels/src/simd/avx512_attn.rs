@@ -48,11 +48,14 @@ fn rows_at(
     zero: &[u8; MAX_ROW],
 ) -> [*const u8; LANES] {
     let rb = view.kv.head_dim / QK * BLOCK_BYTES;
+    let bs = view.kv.block_size;
+    // Whether the `n` positions from `p` lie in one cache block: their rows
+    // are then one contiguous run (head-major blocks).
+    let one_block = |p: usize, n: usize| p % bs + n <= bs;
     let next = p0 + PREFETCH_AHEAD;
     if next < n_last {
         let n = (n_last - next).min(LANES);
         let base = cache.as_ptr();
-        let idx = view.kv.row_indices::<LANES>(view.table, next, n, view.kvh);
         let fetch = |at: usize, len: usize| {
             for off in (0..len + 63).step_by(64) {
                 // SAFETY: a prefetch reads nothing architecturally (the
@@ -60,17 +63,28 @@ fn rows_at(
                 unsafe { _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(at + off) as *const i8) };
             }
         };
-        // Rows of one cache block are contiguous (head-major blocks): one
-        // run of lines; otherwise each row's own.
-        if idx[n - 1] == idx[0] + n - 1 {
-            fetch(idx[0] * rb, n * rb);
+        if one_block(next, n) {
+            fetch(view.kv.row_index(view.table, next, view.kvh) * rb, n * rb);
         } else {
+            let idx = view.kv.row_indices::<LANES>(view.table, next, n, view.kvh);
             for &i in &idx[..n] {
                 fetch(i * rb, rb);
             }
         }
     }
     let n = n_last.saturating_sub(p0).min(LANES);
+    if n > 0 && one_block(p0, n) {
+        // One bounds check for the run, then pointers into it.
+        let first = view.kv.row_index(view.table, p0, view.kvh);
+        let run = cache[first * rb..(first + n) * rb].as_ptr();
+        return std::array::from_fn(|j| {
+            if j < n {
+                run.wrapping_add(j * rb)
+            } else {
+                zero.as_ptr()
+            }
+        });
+    }
     let idx = view.kv.row_indices::<LANES>(view.table, p0, n, view.kvh);
     std::array::from_fn(|j| {
         if j < n {
