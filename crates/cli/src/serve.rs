@@ -86,6 +86,11 @@ pub struct Args {
     /// Do not serve the web page at `/` (the API is unchanged).
     #[arg(long)]
     no_ui: bool,
+    /// Do not repeat the endpoint picker's gauges under vLLM's names
+    /// (`vllm:num_requests_waiting`, `vllm:kv_cache_usage_perc`, ...) on
+    /// `/metrics`; hasten's own names stay.
+    #[arg(long)]
+    no_vllm_metrics: bool,
     /// Seconds to let in-flight requests finish after SIGINT/SIGTERM.
     #[arg(long, default_value_t = 30.0)]
     shutdown_timeout: f64,
@@ -175,6 +180,7 @@ pub fn main(a: Args) -> Result<()> {
         resume_grace: secs(a.resume_grace, "resume-grace")?,
         body_timeout: secs(a.body_timeout, "body-timeout")?,
         ui: !a.no_ui,
+        vllm_metrics: !a.no_vllm_metrics,
     };
     let opts = ServeOptions {
         conns: ConnConfig {

@@ -236,7 +236,7 @@ impl Core {
             )),
             _ => None,
         };
-        Core {
+        let mut core = Core {
             draft,
             disk: None,
             draft_time: Duration::ZERO,
@@ -264,7 +264,11 @@ impl Core {
             calibration: Calibration::default(),
             model,
             cfg,
-        }
+        };
+        // The gauges are right before the first step (a scrape of an idle
+        // server sees the pool's size).
+        core.publish_gauges();
+        core
     }
 
     pub fn add(&mut self, mut seq: Seq) {

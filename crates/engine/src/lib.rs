@@ -433,6 +433,11 @@ impl Engine {
         self.shared.waiting.load(Ordering::Relaxed) + self.in_flight.load(Ordering::Relaxed)
     }
 
+    /// Sequences in the running batch, as of the last step.
+    pub fn running(&self) -> usize {
+        self.shared.running.load(Ordering::Relaxed)
+    }
+
     /// Requests the engine holds at most: `max_running` computing plus
     /// `max_waiting` queued, whatever the split.
     pub fn capacity(&self) -> usize {

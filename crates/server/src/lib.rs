@@ -63,6 +63,9 @@ pub struct ServerConfig {
     pub body_timeout: Duration,
     /// Serve the web page at `/` (`--no-ui` turns it off).
     pub ui: bool,
+    /// Also expose the endpoint picker's gauges under vLLM's names on
+    /// `/metrics` (`--no-vllm-metrics` turns it off).
+    pub vllm_metrics: bool,
 }
 
 impl Default for ServerConfig {
@@ -79,6 +82,7 @@ impl Default for ServerConfig {
             resume_grace: Duration::from_secs(5),
             body_timeout: Duration::from_secs(30),
             ui: true,
+            vllm_metrics: true,
         }
     }
 }

@@ -239,11 +239,98 @@ fn engine(out: &mut String, m: &Metrics) {
     }
 }
 
+/// A Prometheus label value: backslash, quote and newline escaped.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// What the Gateway API Inference Extension's endpoint picker reads (its
+/// model server protocol): queued and running requests (`m`'s, read live
+/// by the caller), KV-cache use as a 0-1 fraction of blocks held by
+/// sequences (idle prefix-cache blocks are free: they are evicted on
+/// demand), and the cache geometry as an info metric for the prefix-aware
+/// scorer. `deploy/` configures the picker for these names. With
+/// `vllm_names` the same values also appear under vLLM's names, which the
+/// picker's default engine config and the vLLM production-stack router
+/// read, so a hasten pod works behind them unconfigured.
+fn fleet(out: &mut String, b: &crate::Backend, m: &Metrics, vllm_names: bool) {
+    let usage = if m.kv_blocks_total == 0 {
+        0.0
+    } else {
+        m.kv_blocks_used as f64 / m.kv_blocks_total as f64
+    };
+    scalar(
+        out,
+        "hasten_kv_cache_usage_ratio",
+        "gauge",
+        "KV cache blocks held by sequences over all blocks (0 to 1; idle prefix-cache blocks count as free).",
+        usage,
+    );
+    let cfg = b.engine.config();
+    let info = format!(
+        "block_size=\"{}\",num_gpu_blocks=\"{}\",cache_dtype=\"{}\"",
+        cfg.block_size,
+        m.kv_blocks_total,
+        cfg.kv_type.name()
+    );
+    let _ = writeln!(
+        out,
+        "# HELP hasten_cache_config_info KV cache geometry (labels; value 1): block_size in tokens, num_gpu_blocks (blocks in the pool; CPU memory here), cache_dtype.\n# TYPE hasten_cache_config_info gauge\nhasten_cache_config_info{{{info}}} 1"
+    );
+    if !vllm_names {
+        return;
+    }
+    let model = format!("model_name=\"{}\"", label(&b.model_id));
+    let series: [(&str, &str, &str, f64); 7] = [
+        ("vllm:num_requests_waiting", "gauge", "hasten_requests_waiting under vLLM's name.", m.waiting as f64),
+        ("vllm:num_requests_running", "gauge", "hasten_requests_running under vLLM's name.", m.running as f64),
+        ("vllm:kv_cache_usage_perc", "gauge", "hasten_kv_cache_usage_ratio under vLLM's name (0 to 1).", usage),
+        (
+            "vllm:gpu_cache_usage_perc",
+            "gauge",
+            "hasten_kv_cache_usage_ratio under vLLM's older name, which older endpoint pickers read.",
+            usage,
+        ),
+        (
+            "vllm:prefix_cache_queries_total",
+            "counter",
+            "Prompt tokens looked up in the prefix cache (hasten_prompt_tokens_total).",
+            m.prompt_tokens as f64,
+        ),
+        (
+            "vllm:prefix_cache_hits_total",
+            "counter",
+            "Prompt tokens found in the prefix cache (hasten_prefix_cache_hit_tokens_total).",
+            m.prefix_cache_hit_tokens as f64,
+        ),
+        ("vllm:cache_config_info", "gauge", "hasten_cache_config_info under vLLM's name.", 1.0),
+    ];
+    for (name, kind, help, v) in series {
+        let labels = if name == "vllm:cache_config_info" {
+            format!("{model},{info}")
+        } else {
+            model.clone()
+        };
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{{labels}}} {v}"
+        );
+    }
+}
+
 /// The whole `/metrics` page.
 pub fn render(st: &Shared) -> String {
     let mut out = String::new();
     if let Ok(b) = st.backend() {
-        engine(&mut out, &b.engine.metrics());
+        let mut m = b.engine.metrics();
+        // Read live, not as of the last step: a long prefill step would
+        // hide requests that arrived meanwhile from the endpoint picker.
+        m.waiting = b.engine.waiting();
+        m.running = b.engine.running();
+        engine(&mut out, &m);
+        fleet(&mut out, &b, &m, st.cfg.vllm_metrics);
     }
     let c = &st.replays.counters;
     let server = [
