@@ -70,6 +70,12 @@ pub struct Record {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network_ms: Option<f64>,
     pub attempts: u32,
+    /// The endpoint that gave the answer (with several `--url`s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// Attempts that moved to another endpoint (failover).
+    #[serde(default)]
+    pub failovers: u32,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -154,6 +160,8 @@ impl Record {
             server,
             network_ms: s.network().map(ms),
             attempts: s.attempts,
+            endpoint: s.endpoint.clone(),
+            failovers: s.failovers,
         }
     }
 }

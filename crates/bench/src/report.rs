@@ -68,6 +68,41 @@ fn pair(d: &Option<Dist>) -> String {
         .map_or("-".into(), |d| format!("{} / {}", f(d.p50), f(d.p99)))
 }
 
+/// Per endpoint, over every level (warm-up excluded): requests answered
+/// there, failed ones (counted at the endpoint they last tried), failovers
+/// and TTFT/E2E p50. `None` when the run had one endpoint.
+pub fn endpoints(levels: &[LevelRun]) -> Option<String> {
+    let mut by: std::collections::BTreeMap<&str, Vec<&Record>> = Default::default();
+    for r in levels.iter().flat_map(|l| &l.records).filter(|r| !r.warmup) {
+        by.entry(r.endpoint.as_deref().unwrap_or("-"))
+            .or_default()
+            .push(r);
+    }
+    if by.len() < 2 {
+        return None;
+    }
+    let mut out = String::from(
+        "\n| endpoint | ok/failed | failovers | TTFT p50 ms | E2E p50 ms |\n|---|---|---|---|---|\n",
+    );
+    for (url, rs) in by {
+        let ok = rs.iter().filter(|r| r.ok).count();
+        let p50 = |v: Vec<f64>| Dist::of(v).map_or("-".into(), |d| f(d.p50));
+        let _ = writeln!(
+            out,
+            "| {url} | {ok}/{} | {} | {} | {} |",
+            rs.len() - ok,
+            rs.iter().map(|r| r.failovers).sum::<u32>(),
+            p50(rs
+                .iter()
+                .filter(|r| r.ok)
+                .filter_map(|r| r.ttft_ms)
+                .collect()),
+            p50(rs.iter().filter(|r| r.ok).map(|r| r.e2e_ms).collect()),
+        );
+    }
+    Some(out)
+}
+
 /// The summary table, one row per level, then each level's warnings.
 pub fn table(levels: &[Summary]) -> String {
     let head = [

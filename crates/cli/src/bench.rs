@@ -237,7 +237,15 @@ async fn run(a: RunArgs) -> Result<()> {
     cfg.timeouts.first_token = Duration::from_secs_f64(a.timeout.max(0.001));
     cfg.timeouts.idle = Duration::from_secs_f64(a.timeout.max(0.001));
     cfg.timeouts.total = Some(Duration::from_secs_f64(a.timeout.max(0.001)));
-    cfg.on_break = hasten_client::OnBreak::Fail;
+    // One server: a break after output fails the request (a benchmark
+    // should see it). Several replicas: a replica lost mid-answer is part
+    // of what is measured, so the answer continues on another (its record
+    // counts the failover) rather than being lost.
+    cfg.on_break = if a.endpoint.url.len() > 1 {
+        hasten_client::OnBreak::Continue
+    } else {
+        hasten_client::OnBreak::Fail
+    };
     let client = Client::new(cfg)?;
     let endpoint = match a.api {
         EndpointArg::Chat => hasten_bench::Endpoint::Chat,
@@ -251,7 +259,7 @@ async fn run(a: RunArgs) -> Result<()> {
     };
     let notes = hasten_bench::probe(&client, endpoint, &items[0], &mut sampling)
         .await
-        .with_context(|| format!("probing {}", a.endpoint.url))?;
+        .with_context(|| format!("probing {}", a.endpoint.urls()))?;
     for n in &notes {
         eprintln!("note: {n}");
     }
@@ -267,7 +275,7 @@ async fn run(a: RunArgs) -> Result<()> {
     );
     let plan = Plan {
         client,
-        url: a.endpoint.url.clone(),
+        url: a.endpoint.urls(),
         endpoint,
         workload,
         items: Arc::from(items),
@@ -311,6 +319,9 @@ async fn run(a: RunArgs) -> Result<()> {
     bar.finish_and_clear();
     let summaries: Vec<_> = run.levels.iter().map(|l| l.summary.clone()).collect();
     print!("{}", report::table(&summaries));
+    if let Some(t) = report::endpoints(&run.levels) {
+        print!("{t}");
+    }
     if let Some(p) = &a.out {
         let text = serde_json::to_string_pretty(&run)?;
         std::fs::write(p, text).with_context(|| format!("writing {p}"))?;

@@ -59,7 +59,7 @@ pub fn main(args: Args) -> Result<()> {
     let mut failure: Option<String> = None;
     eprintln!(
         "hasten chat: {} ({}). /help for commands.",
-        args.remote.endpoint.url,
+        args.remote.endpoint.urls(),
         model.as_deref().unwrap_or("the server's model")
     );
     loop {

@@ -9,9 +9,17 @@ use std::time::Duration;
 /// Which server, model and key (`chat`, `complete` and `bench`).
 #[derive(clap::Args, Debug, Clone)]
 pub struct Endpoint {
-    /// The server: any OpenAI-compatible base URL (`/v1` is added when missing).
-    #[arg(long, env = "HASTEN_URL", default_value = "http://127.0.0.1:8080")]
-    pub url: String,
+    /// The server: any OpenAI-compatible base URL (`/v1` is added when
+    /// missing). Several replicas of one model, comma-separated or the flag
+    /// repeated: requests take them in turn and fail over to the next on
+    /// connection errors, 429 and 5xx before output.
+    #[arg(
+        long,
+        env = "HASTEN_URL",
+        default_value = "http://127.0.0.1:8080",
+        value_delimiter = ','
+    )]
+    pub url: Vec<String>,
     /// Model id to ask for (default: the first the server lists).
     #[arg(long)]
     pub model: Option<String>,
@@ -27,7 +35,8 @@ pub struct Endpoint {
 impl Endpoint {
     /// The client settings for this endpoint (defaults otherwise).
     pub fn config(&self) -> Result<Config> {
-        let mut c = Config::new(self.url.clone());
+        let mut c = Config::new(self.url[0].clone());
+        c.fallback_urls = self.url[1..].to_vec();
         c.api_key = self.api_key.clone().filter(|k| !k.is_empty());
         if let Some(p) = &self.ca_cert {
             let pem = std::fs::read(p)
@@ -35,6 +44,11 @@ impl Endpoint {
             c.ca_pem = Some(pem);
         }
         Ok(c)
+    }
+
+    /// The endpoints as one string, for messages and reports.
+    pub fn urls(&self) -> String {
+        self.url.join(",")
     }
 
     /// `--model`, else the first model the server lists, else none (hasten

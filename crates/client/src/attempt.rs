@@ -76,6 +76,8 @@ pub(crate) struct Conn {
     pending: VecDeque<Item>,
     /// The id this attempt was sent with (servers echo it).
     pub request_id: String,
+    /// The endpoint it went to (an index into the client's endpoints).
+    pub endpoint: usize,
 }
 
 impl Conn {
@@ -123,10 +125,12 @@ pub(crate) fn chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-/// Sends `target` and returns the response once its headers arrived with
-/// a success status. `deadline` bounds the wait for the headers.
+/// Sends `target` to endpoint `endpoint` and returns the response once its
+/// headers arrived with a success status. `deadline` bounds the wait for
+/// the headers.
 pub(crate) async fn send(
     inner: &Inner,
+    endpoint: usize,
     target: &Target,
     request_id: &str,
     stream: bool,
@@ -134,7 +138,7 @@ pub(crate) async fn send(
 ) -> Result<reqwest::Response, Error> {
     let (url, builder) = match target {
         Target::Post { path, body } => {
-            let url = format!("{}/{path}", inner.base);
+            let url = format!("{}/{path}", inner.base(endpoint));
             let b = inner
                 .http
                 .post(&url)
@@ -143,7 +147,7 @@ pub(crate) async fn send(
             (url, b)
         }
         Target::Resume { id, last_event_id } => {
-            let url = format!("{}/streams/{id}", inner.base);
+            let url = format!("{}/streams/{id}", inner.base(endpoint));
             let b = inner.http.get(&url).header("last-event-id", last_event_id);
             (url, b)
         }
@@ -196,6 +200,7 @@ async fn status_error(resp: reqwest::Response, deadline: Deadline) -> Error {
 /// connection with everything before it.
 pub(crate) async fn to_first_output(
     inner: Arc<Inner>,
+    endpoint: usize,
     target: Target,
     request_id: String,
     total: Option<Deadline>,
@@ -203,7 +208,7 @@ pub(crate) async fn to_first_output(
     let start = Instant::now();
     let deadline =
         Deadline::after(start, Timeout::FirstToken(inner.cfg.timeouts.first_token)).min(total);
-    let mut conn = open(&inner, &target, request_id, deadline).await?;
+    let mut conn = open(&inner, endpoint, &target, request_id, deadline).await?;
     let mut seen = Vec::new();
     loop {
         match conn.next(deadline.at).await {
@@ -233,14 +238,16 @@ pub(crate) async fn to_first_output(
     }
 }
 
-/// Sends `target` and wraps the streaming body (no reading yet).
+/// Sends `target` to `endpoint` and wraps the streaming body (no reading
+/// yet).
 pub(crate) async fn open(
     inner: &Inner,
+    endpoint: usize,
     target: &Target,
     request_id: String,
     deadline: Deadline,
 ) -> Result<Conn, Error> {
-    let resp = send(inner, target, &request_id, true, deadline).await?;
+    let resp = send(inner, endpoint, target, &request_id, true, deadline).await?;
     let ct = resp
         .headers()
         .get("content-type")
@@ -257,6 +264,7 @@ pub(crate) async fn open(
         parser: Parser::new(),
         pending: VecDeque::new(),
         request_id,
+        endpoint: endpoint % inner.bases.len(),
     })
 }
 

@@ -9,6 +9,12 @@ pub struct Config {
     /// The API root, e.g. `http://127.0.0.1:8080/v1` or
     /// `https://api.openai.com/v1` (a missing `/v1` is added).
     pub base_url: String,
+    /// More replicas of the same model beside `base_url`. Requests take
+    /// the endpoints in turn; a retry before output goes to the next
+    /// endpoint (failover), a hedge to the one after the primary's, a
+    /// resume to the replica that served the stream, a continuation to
+    /// the next after it.
+    pub fallback_urls: Vec<String>,
     /// Sent as `Authorization: Bearer ...`.
     pub api_key: Option<String>,
     /// PEM certificates trusted for `https://` besides the built-in web
@@ -32,6 +38,7 @@ impl Config {
     pub fn new(base_url: impl Into<String>) -> Self {
         Config {
             base_url: base_url.into(),
+            fallback_urls: Vec::new(),
             api_key: None,
             ca_pem: None,
             timeouts: Timeouts::default(),

@@ -73,8 +73,11 @@ pub struct Client {
 pub(crate) struct Inner {
     pub http: reqwest::Client,
     pub cfg: Config,
-    /// The base URL, ending in `/v1`, without a trailing slash.
-    pub base: String,
+    /// The endpoints' base URLs, each ending in `/v1`, without a trailing
+    /// slash: `base_url` first, then `fallback_urls`.
+    pub bases: Vec<String>,
+    /// The endpoint the next request starts at (round robin).
+    turn: std::sync::atomic::AtomicUsize,
     pub retry_budget: Budget,
     pub hedge_budget: Option<Budget>,
     pub backoff: Backoff,
@@ -90,19 +93,38 @@ impl Inner {
         let n = self.next_id.fetch_add(1, Ordering::Relaxed);
         format!("{}-{n}", self.id_prefix)
     }
+
+    /// The base URL of endpoint `i` (taken modulo their number).
+    pub fn base(&self, i: usize) -> &str {
+        &self.bases[i % self.bases.len()]
+    }
+
+    /// The endpoint a new request starts at: each in turn.
+    pub fn next_start(&self) -> usize {
+        self.turn.fetch_add(1, Ordering::Relaxed) % self.bases.len()
+    }
+}
+
+/// `url` as a base URL: trimmed, `http(s)://`, ending in `/v1`.
+fn base_url(url: &str) -> Result<String> {
+    let mut base = url.trim().trim_end_matches('/').to_string();
+    if !(base.starts_with("http://") || base.starts_with("https://")) {
+        return Err(Error::Config(format!(
+            "the base URL must start with http:// or https://, got {base:?}"
+        )));
+    }
+    if !base.ends_with("/v1") {
+        base.push_str("/v1");
+    }
+    Ok(base)
 }
 
 impl Client {
     pub fn new(cfg: Config) -> Result<Client> {
-        let mut base = cfg.base_url.trim().trim_end_matches('/').to_string();
-        if !(base.starts_with("http://") || base.starts_with("https://")) {
-            return Err(Error::Config(format!(
-                "the base URL must start with http:// or https://, got {base:?}"
-            )));
-        }
-        if !base.ends_with("/v1") {
-            base.push_str("/v1");
-        }
+        let bases = std::iter::once(&cfg.base_url)
+            .chain(&cfg.fallback_urls)
+            .map(|u| base_url(u))
+            .collect::<Result<Vec<_>>>()?;
         let mut http = reqwest::Client::builder();
         if let Some(pem) = &cfg.ca_pem {
             let roots = reqwest::Certificate::from_pem_bundle(pem).map_err(|e| {
@@ -135,7 +157,8 @@ impl Client {
         Ok(Client {
             inner: Arc::new(Inner {
                 http,
-                base,
+                bases,
+                turn: Default::default(),
                 retry_budget: Budget::new(r.budget_ratio, r.budget_burst),
                 hedge_budget: cfg
                     .hedge
@@ -183,20 +206,25 @@ impl Client {
             body: body.into(),
         };
         let (mut attempts, mut retries) = (0, 0);
+        let start = inner.next_start();
         loop {
             attempts += 1;
+            // Retries fail over to the next endpoint.
+            let at = start + retries as usize;
             let id = inner.request_id();
             let deadline = Deadline::after(
                 Instant::now(),
                 Timeout::FirstToken(inner.cfg.timeouts.first_token),
             )
             .min(total);
-            let e = match attempt::send(inner, &target, &id, false, deadline).await {
+            let e = match attempt::send(inner, at, &target, &id, false, deadline).await {
                 Ok(resp) => {
                     let mut out = self.read_whole(resp, &req, started, total).await?;
                     out.stats.attempts = attempts;
                     out.stats.retries = retries;
                     out.stats.request_id = Some(id);
+                    out.stats.endpoint = Some(inner.base(at).to_owned());
+                    out.stats.failovers = if inner.bases.len() > 1 { retries } else { 0 };
                     return Ok(out);
                 }
                 Err(e) => e,
@@ -206,6 +234,8 @@ impl Client {
                 return Err(e);
             }
             let wait = match e.retry_after() {
+                // The retry goes to another replica: see `Streaming::open`.
+                Some(d) if inner.bases.len() > 1 => d.min(inner.backoff.delay(r, 0)),
                 Some(d) if d > r.max_retry_after => return Err(e),
                 Some(d) => d,
                 None => inner.backoff.delay(r, retries),
@@ -287,10 +317,23 @@ impl Client {
         })
     }
 
-    /// `GET /v1/models`: the ids the server serves.
+    /// `GET /v1/models`: the ids the server serves (the first endpoint
+    /// that answers; the others are asked only when one cannot be reached
+    /// or answers with an error).
     pub async fn models(&self) -> Result<Vec<String>> {
+        let mut last = None;
+        for i in 0..self.inner.bases.len() {
+            match self.models_at(i).await {
+                Ok(m) => return Ok(m),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.expect("at least one endpoint"))
+    }
+
+    async fn models_at(&self, endpoint: usize) -> Result<Vec<String>> {
         let inner = &self.inner;
-        let url = format!("{}/models", inner.base);
+        let url = format!("{}/models", inner.base(endpoint));
         let mut b = inner.http.get(&url);
         if let Some(k) = &inner.cfg.api_key {
             b = b.bearer_auth(k);

@@ -121,6 +121,12 @@ pub struct Stats {
     pub retry_budget_exhausted: bool,
     /// The `x-request-id` of the attempt that produced the answer.
     pub request_id: Option<String>,
+    /// The base URL of the endpoint that produced the answer (the last,
+    /// after resumes and continuations).
+    pub endpoint: Option<String>,
+    /// Attempts sent to another endpoint than the attempt before them
+    /// (retries, and continuations after a replica broke).
+    pub failovers: u32,
     /// The server's breakdown (first choice's, or the `Server-Timing`
     /// header of a non-streaming response).
     pub server: Option<Timing>,

@@ -56,6 +56,9 @@ pub struct Streaming {
     events_with_text: u64,
     events_counted: u64,
     last_token_at: Vec<Option<Instant>>,
+    /// The endpoint of the attempt that produced the output so far (a
+    /// resume goes back to it; a continuation to the next one).
+    endpoint: Option<usize>,
     /// The stream's request id and last event id, for a resume.
     request_id: Option<String>,
     last_event_id: Option<String>,
@@ -93,6 +96,7 @@ impl Streaming {
             events_with_text: 0,
             events_counted: 0,
             last_token_at: vec![None; choices],
+            endpoint: None,
             request_id: None,
             last_event_id: None,
             seam: None,
@@ -212,6 +216,12 @@ impl Streaming {
             path: self.current.path(),
             body: body.into(),
         };
+        // A new request starts at the next endpoint in turn; a
+        // continuation at the one after the replica that broke.
+        let start = match self.endpoint {
+            Some(e) => e + 1,
+            None => inner.next_start(),
+        };
         let mut k = 0;
         loop {
             let hedge_after = if hedge {
@@ -219,8 +229,13 @@ impl Streaming {
             } else {
                 None
             };
+            // Retry k goes to the k-th endpoint after the first (failover);
+            // a hedge to the one after its primary's.
+            let at = start + k as usize;
+            self.note_endpoint(at);
             let primary = attempt::to_first_output(
                 inner.clone(),
+                at,
                 target.clone(),
                 inner.request_id(),
                 self.total,
@@ -230,6 +245,7 @@ impl Streaming {
                 budget.spend().then(|| {
                     attempt::to_first_output(
                         inner.clone(),
+                        at + 1,
                         target.clone(),
                         inner.request_id(),
                         self.total,
@@ -245,6 +261,9 @@ impl Streaming {
                 Ok(won) => {
                     self.out.stats.hedge_won = won.hedged;
                     self.request_id = Some(won.conn.request_id.clone());
+                    // A won hedge moved the stream (not a failover).
+                    self.endpoint = Some(won.conn.endpoint);
+                    self.out.stats.endpoint = Some(inner.base(won.conn.endpoint).to_owned());
                     self.last_event_id = None;
                     self.usage_seen = 0;
                     self.conn = Some(won.conn);
@@ -256,6 +275,9 @@ impl Streaming {
                 return Err(e);
             }
             let wait = match e.retry_after() {
+                // The retry goes to another replica, which may have room
+                // now: this one's Retry-After does not hold it back.
+                Some(d) if inner.bases.len() > 1 => d.min(inner.backoff.delay(cfg, 0)),
                 Some(d) if d > cfg.max_retry_after => return Err(e),
                 Some(d) => d,
                 None => inner.backoff.delay(cfg, k),
@@ -271,6 +293,17 @@ impl Streaming {
             k += 1;
             tokio::time::sleep(wait).await;
         }
+    }
+
+    /// Records that an attempt went to endpoint `at` (a failover when the
+    /// previous one went elsewhere).
+    fn note_endpoint(&mut self, at: usize) {
+        let at = at % self.inner.bases.len();
+        if self.endpoint.is_some_and(|e| e != at) {
+            self.out.stats.failovers += 1;
+        }
+        self.endpoint = Some(at);
+        self.out.stats.endpoint = Some(self.inner.base(at).to_owned());
     }
 
     /// After output began the stream broke with `reason`.
@@ -291,7 +324,8 @@ impl Streaming {
                 id: id.clone(),
                 last_event_id: last,
             };
-            if let Ok(conn) = attempt::open(&self.inner, &target, id, deadline).await {
+            let at = self.endpoint.unwrap_or(0);
+            if let Ok(conn) = attempt::open(&self.inner, at, &target, id, deadline).await {
                 self.conn = Some(conn);
                 self.last_event_at = Some(now);
                 return Ok(());

@@ -557,3 +557,106 @@ async fn non_streaming_requests_retry_and_read_server_timing() {
             .unwrap()
     );
 }
+
+/// A client for replicas `servers` (in order), as `config` sets it up.
+fn replicas(servers: &[&Server]) -> Client {
+    let mut cfg = config(servers[0].url());
+    cfg.fallback_urls = servers[1..].iter().map(|s| s.url()).collect();
+    Client::new(cfg).unwrap()
+}
+
+fn overloaded() -> Step {
+    Step::Status(
+        503,
+        vec![("retry-after", "30".into())],
+        error_json("draining", "server_error"),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn requests_take_the_replicas_in_turn() {
+    let a = Server::start(vec![stream_from(0, true, None)]).await;
+    let b = Server::start(vec![stream_from(0, true, None)]).await;
+    let c = replicas(&[&a, &b]);
+    for s in [&a, &b] {
+        let out = c.stream(chat()).collect().await.unwrap();
+        assert_eq!(out.text(), full());
+        assert_eq!(out.stats.endpoint.as_deref(), Some(s.url().as_str()));
+        assert_eq!((out.stats.failovers, out.stats.retries), (0, 0));
+    }
+    assert_eq!((a.records().len(), b.records().len()), (1, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refusal_fails_over_to_the_next_replica_without_its_retry_after() {
+    let a = Server::start(vec![vec![overloaded()]]).await;
+    let b = Server::start(vec![stream_from(0, true, None)]).await;
+    let c = replicas(&[&a, &b]);
+    let t0 = Instant::now();
+    let out = c.stream(chat()).collect().await.unwrap();
+    assert_eq!(out.text(), full());
+    assert_eq!(out.stats.endpoint.as_deref(), Some(b.url().as_str()));
+    assert_eq!((out.stats.failovers, out.stats.retries), (1, 1));
+    // The first backoff (100 ms), not A's 30 s.
+    assert!(t0.elapsed() < ms(500), "{:?}", t0.elapsed());
+    // Non-streaming too, and a dead replica counts like a refusal.
+    let b2 = Server::start(vec![vec![Step::Status(
+        200,
+        vec![("content-type", "application/json".into())],
+        r#"{"choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}"#.into(),
+    )]])
+    .await;
+    let mut cfg = config(dead_url());
+    cfg.fallback_urls = vec![b2.url()];
+    let out = Client::new(cfg).unwrap().send(chat()).await.unwrap();
+    assert_eq!(out.text(), "hi");
+    assert_eq!(out.stats.failovers, 1);
+}
+
+/// A loopback URL nothing listens on.
+fn dead_url() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    format!("http://127.0.0.1:{port}")
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_cut_on_one_replica_is_continued_exactly_on_the_next() {
+    let k = 5;
+    let a = Server::start(vec![cut_after(k, true, false)]).await;
+    let b = Server::start(vec![stream_from(k, true, None)]).await;
+    let c = replicas(&[&a, &b]);
+    let out = c.stream(chat()).collect().await.unwrap();
+    assert_eq!(out.text(), full());
+    assert_eq!(out.stats.continuations, 1);
+    assert_eq!(out.stats.failovers, 1);
+    assert_eq!(out.stats.endpoint.as_deref(), Some(b.url().as_str()));
+    let body: serde_json::Value = serde_json::from_str(&b.records()[0].body).unwrap();
+    assert_eq!(body["messages"][1]["content"], PIECES[..k].concat());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hedge_goes_to_the_next_replica() {
+    let slow = vec![
+        Step::Head { chunked: true },
+        Step::Sleep(Duration::from_secs(3)),
+    ];
+    let a = Server::start(vec![slow]).await;
+    let b = Server::start(vec![stream_from(0, true, None)]).await;
+    let mut cfg = config(a.url());
+    cfg.fallback_urls = vec![b.url()];
+    cfg.hedge = Some(Hedge::fixed(ms(200)));
+    let out = Client::new(cfg)
+        .unwrap()
+        .stream(chat())
+        .collect()
+        .await
+        .unwrap();
+    assert_eq!(out.text(), full());
+    assert!(out.stats.hedge_won);
+    assert_eq!(out.stats.endpoint.as_deref(), Some(b.url().as_str()));
+    assert_eq!((a.records().len(), b.records().len()), (1, 1));
+}

@@ -96,8 +96,15 @@ impl Serve {
     pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Serve {
         let cache = tempfile::tempdir().unwrap();
         let t0 = Instant::now();
+        // A free port unless the caller names one (a restart on the same).
+        let port: &[&str] = if args.iter().any(|a| a.starts_with("--port")) {
+            &[]
+        } else {
+            &["--port", "0"]
+        };
         let mut child = Command::new(env!("CARGO_BIN_EXE_hasten"))
-            .args(["serve", "--port", "0"])
+            .arg("serve")
+            .args(port)
             .args(args)
             .env("HASTEN_CACHE", cache.path())
             .envs(env.iter().copied())
