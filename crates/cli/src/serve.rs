@@ -91,6 +91,11 @@ pub struct Args {
     /// `/metrics`; hasten's own names stay.
     #[arg(long)]
     no_vllm_metrics: bool,
+    /// Export a trace of every API request (server span, queue, prefill
+    /// and decode; parent from the caller's `traceparent`) to this
+    /// OpenTelemetry collector over OTLP/HTTP JSON, e.g. http://127.0.0.1:4318.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    otlp_endpoint: Option<String>,
     /// Seconds to let in-flight requests finish after SIGINT/SIGTERM.
     #[arg(long, default_value_t = 30.0)]
     shutdown_timeout: f64,
@@ -181,7 +186,12 @@ pub fn main(a: Args) -> Result<()> {
         body_timeout: secs(a.body_timeout, "body-timeout")?,
         ui: !a.no_ui,
         vllm_metrics: !a.no_vllm_metrics,
+        otlp_endpoint: a.otlp_endpoint.clone(),
+        ..ServerConfig::default()
     };
+    if let Some(e) = &cfg.otlp_endpoint {
+        hasten_server::otel::check_endpoint(e).map_err(anyhow::Error::msg)?;
+    }
     let opts = ServeOptions {
         conns: ConnConfig {
             max: a.max_connections,

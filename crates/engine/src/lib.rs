@@ -276,21 +276,53 @@ pub struct Engine {
     disk_at_start: Option<disk::DiskStats>,
 }
 
+/// What [`RequestStream::on_finish`] calls.
+type FinishHook = Box<dyn FnOnce(&Finish) + Send>;
+
 /// The events of one request, in order, ending with `Finished` or `Failed`.
-#[derive(Debug)]
 pub struct RequestStream {
     pub id: u64,
     rx: UnboundedReceiver<Event>,
+    /// Called with the final record as it passes ([`Self::on_finish`]).
+    on_finish: Option<FinishHook>,
+}
+
+impl std::fmt::Debug for RequestStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RequestStream")
+            .field("id", &self.id)
+            .field("on_finish", &self.on_finish.is_some())
+            .finish()
+    }
 }
 
 impl RequestStream {
+    /// Calls `f` with the final record when it is received (a trace, an
+    /// account); never if the stream fails or is dropped before.
+    pub fn on_finish(mut self, f: impl FnOnce(&Finish) + Send + 'static) -> Self {
+        self.on_finish = Some(Box::new(f));
+        self
+    }
+
+    fn saw(&mut self, ev: &Option<Event>) {
+        if let Some(Event::Finished(f)) = ev {
+            if let Some(h) = self.on_finish.take() {
+                h(f);
+            }
+        }
+    }
+
     pub async fn recv(&mut self) -> Option<Event> {
-        self.rx.recv().await
+        let ev = self.rx.recv().await;
+        self.saw(&ev);
+        ev
     }
 
     /// For synchronous callers (tests, benchmarks, the CLI).
     pub fn blocking_recv(&mut self) -> Option<Event> {
-        self.rx.blocking_recv()
+        let ev = self.rx.blocking_recv();
+        self.saw(&ev);
+        ev
     }
 
     /// Collects the whole output: token ids and the final record.
@@ -539,7 +571,11 @@ impl Engine {
             f.in_flight.retain(|(i, _)| *i != id);
             return Err(Error::ShutDown);
         }
-        Ok(RequestStream { id, rx: erx })
+        Ok(RequestStream {
+            id,
+            rx: erx,
+            on_finish: None,
+        })
     }
 
     /// A copy of the engine's metrics.

@@ -19,6 +19,7 @@ pub mod error;
 pub mod format;
 pub mod listen;
 pub mod middleware;
+pub mod otel;
 pub mod params;
 pub mod prom;
 pub mod respond;
@@ -66,6 +67,10 @@ pub struct ServerConfig {
     /// Also expose the endpoint picker's gauges under vLLM's names on
     /// `/metrics` (`--no-vllm-metrics` turns it off).
     pub vllm_metrics: bool,
+    /// Export request traces to this OTLP/HTTP collector (`http://host:4318`).
+    pub otlp_endpoint: Option<String>,
+    /// Longest a finished span waits in the exporter's batch.
+    pub otlp_flush: Duration,
 }
 
 impl Default for ServerConfig {
@@ -83,6 +88,8 @@ impl Default for ServerConfig {
             body_timeout: Duration::from_secs(30),
             ui: true,
             vllm_metrics: true,
+            otlp_endpoint: None,
+            otlp_flush: Duration::from_secs(1),
         }
     }
 }
@@ -240,6 +247,8 @@ pub struct Shared {
     pub draining: std::sync::atomic::AtomicBool,
     /// Conversations kept for the Responses API's `previous_response_id`.
     pub responses: responses::ResponseStore,
+    /// Request traces (`--otlp-endpoint`).
+    pub otel: Option<Arc<otel::Otel>>,
 }
 
 pub type AppState = Arc<Shared>;
@@ -247,7 +256,16 @@ pub type AppState = Arc<Shared>;
 impl Shared {
     pub fn new(cfg: ServerConfig) -> AppState {
         let replays = streams::ReplayBuffers::new(cfg.resume_grace);
+        // `check_otlp_endpoint` validated the URL; a failure here is the
+        // exporter's own, and tracing stays off rather than the server.
+        let otel = cfg.otlp_endpoint.as_deref().and_then(|e| {
+            otel::Otel::new(e, cfg.otlp_flush)
+                .map_err(|m| tracing::error!("tracing off: {m}"))
+                .ok()
+                .map(Arc::new)
+        });
         Arc::new(Shared {
+            otel,
             cfg,
             backend: OnceLock::new(),
             replays,

@@ -133,7 +133,22 @@ pub async fn count(State(st): State<AppState>, req: Request, next: Next) -> Resp
         .get::<RequestId>()
         .map(|r| r.0.clone())
         .unwrap_or_default();
-    let resp = next.run(req).await;
+    // A server span for the API's routes (not probes, metrics or the page).
+    let traced = st.otel.as_ref().filter(|_| {
+        route.starts_with("/v1/")
+            || route.starts_with("/tokenize")
+            || route.starts_with("/detokenize")
+    });
+    let resp = match traced {
+        Some(o) => {
+            let cx = o.start(req.headers(), format!("{method} {route}"), &id);
+            let mut resp = crate::otel::scope((o.clone(), cx.clone()), next.run(req)).await;
+            crate::otel::Otel::inject(&cx, resp.headers_mut());
+            crate::otel::Otel::status(&cx, resp.status().as_u16());
+            resp
+        }
+        None => next.run(req).await,
+    };
     let status = resp.status().as_u16();
     // For streams this is the time to the response head, not to the end.
     tracing::info!(target: "hasten::http", "{id} {method} {route} {status} {:.1} ms", t0.elapsed().as_secs_f64() * 1e3);

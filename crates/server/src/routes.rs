@@ -353,9 +353,15 @@ async fn run(
     let eta = b.engine.queue_eta();
     let mut streams = Vec::with_capacity(reqs.len());
     let prompt_tokens: Vec<u64> = reqs.iter().map(|r| r.spec().prompt.len() as u64).collect();
-    for req in reqs {
+    let trace = crate::otel::current();
+    for (i, req) in reqs.into_iter().enumerate() {
         // On an error the streams already submitted are dropped: cancelled.
-        streams.push(b.engine.submit(req)?);
+        let s = b.engine.submit(req)?;
+        streams.push(match trace.clone() {
+            // The closure keeps the server span open until this choice ends.
+            Some((o, cx)) => s.on_finish(move |f| o.finished(&cx, i, f)),
+            None => s,
+        });
     }
     let prefix = match kind {
         Kind::Chat => "chatcmpl",

@@ -123,11 +123,16 @@ pub async fn serve(
     );
     st.draining.store(true, Ordering::Relaxed);
     let _ = quit_tx.send(true);
-    match tokio::time::timeout(opts.shutdown_timeout, server).await {
+    let r = match tokio::time::timeout(opts.shutdown_timeout, server).await {
         Ok(r) => r.map_err(Error::Io),
         Err(_) => {
             tracing::warn!("shutdown deadline passed with requests in flight; exiting");
             Ok(())
         }
+    };
+    // The drained requests' spans go out before the process does.
+    if let Some(o) = st.otel.clone() {
+        let _ = tokio::task::spawn_blocking(move || o.flush()).await;
     }
+    r
 }
