@@ -76,6 +76,9 @@ pub struct Record {
     /// Attempts that moved to another endpoint (failover).
     #[serde(default)]
     pub failovers: u32,
+    /// The replica that answered, when it names itself (`x-hasten-instance`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -162,6 +165,7 @@ impl Record {
             attempts: s.attempts,
             endpoint: s.endpoint.clone(),
             failovers: s.failovers,
+            instance: s.instance.clone(),
         }
     }
 }

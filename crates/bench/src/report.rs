@@ -68,21 +68,26 @@ fn pair(d: &Option<Dist>) -> String {
         .map_or("-".into(), |d| format!("{} / {}", f(d.p50), f(d.p99)))
 }
 
-/// Per endpoint, over every level (warm-up excluded): requests answered
-/// there, failed ones (counted at the endpoint they last tried), failovers
-/// and TTFT/E2E p50. `None` when the run had one endpoint.
+/// Per replica, over every level (warm-up excluded): requests answered
+/// there, failed ones (counted where they last tried), failovers and
+/// TTFT/E2E p50. A replica is the one that named itself in its response
+/// (`x-hasten-instance`: replicas behind a gateway), else the endpoint
+/// URL. `None` when the run saw one.
 pub fn endpoints(levels: &[LevelRun]) -> Option<String> {
     let mut by: std::collections::BTreeMap<&str, Vec<&Record>> = Default::default();
     for r in levels.iter().flat_map(|l| &l.records).filter(|r| !r.warmup) {
-        by.entry(r.endpoint.as_deref().unwrap_or("-"))
-            .or_default()
-            .push(r);
+        let key = r
+            .instance
+            .as_deref()
+            .or(r.endpoint.as_deref())
+            .unwrap_or("-");
+        by.entry(key).or_default().push(r);
     }
     if by.len() < 2 {
         return None;
     }
     let mut out = String::from(
-        "\n| endpoint | ok/failed | failovers | TTFT p50 ms | E2E p50 ms |\n|---|---|---|---|---|\n",
+        "\n| replica | ok/failed | failovers | TTFT p50 ms | E2E p50 ms |\n|---|---|---|---|---|\n",
     );
     for (url, rs) in by {
         let ok = rs.iter().filter(|r| r.ok).count();

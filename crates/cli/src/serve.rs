@@ -96,6 +96,10 @@ pub struct Args {
     /// OpenTelemetry collector over OTLP/HTTP JSON, e.g. http://127.0.0.1:4318.
     #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
     otlp_endpoint: Option<String>,
+    /// This replica's name, sent as `x-hasten-instance` on every response
+    /// (`hasten bench` through a gateway reports per replica by it).
+    #[arg(long, env = "HASTEN_INSTANCE_ID")]
+    instance_id: Option<String>,
     /// Seconds to let in-flight requests finish after SIGINT/SIGTERM.
     #[arg(long, default_value_t = 30.0)]
     shutdown_timeout: f64,
@@ -187,6 +191,7 @@ pub fn main(a: Args) -> Result<()> {
         ui: !a.no_ui,
         vllm_metrics: !a.no_vllm_metrics,
         otlp_endpoint: a.otlp_endpoint.clone(),
+        instance: a.instance_id.clone(),
         ..ServerConfig::default()
     };
     if let Some(e) = &cfg.otlp_endpoint {

@@ -97,7 +97,7 @@ fn a_replica_killed_mid_run_and_restarted_loses_no_request() {
         assert!(report.contains(addr.as_str()), "{report}");
     }
     assert!(
-        report.contains("| endpoint | ok/failed | failovers |"),
+        report.contains("| replica | ok/failed | failovers |"),
         "{report}"
     );
 }
@@ -132,4 +132,58 @@ fn a_draining_replica_finishes_its_stream_while_new_requests_go_elsewhere() {
     assert_eq!(records[0]["ok"], true, "{}", records[0]);
     assert_eq!(records[0]["output_tokens"], 400, "{}", records[0]);
     assert!(b.wait_exit(Duration::from_secs(30)).success());
+}
+
+/// A gateway stand-in on loopback: each connection goes to the next of
+/// `upstreams` in turn, bytes copied both ways (an L4 load balancer).
+fn round_robin(upstreams: Vec<String>) -> String {
+    use std::net::{Shutdown, TcpListener, TcpStream};
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for (i, down) in l.incoming().enumerate() {
+            let Ok(down) = down else { return };
+            let Ok(up) = TcpStream::connect(&upstreams[i % upstreams.len()]) else {
+                continue;
+            };
+            for (mut from, mut to) in [
+                (down.try_clone().unwrap(), up.try_clone().unwrap()),
+                (up, down),
+            ] {
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut from, &mut to);
+                    let _ = to.shutdown(Shutdown::Write);
+                });
+            }
+        }
+    });
+    addr
+}
+
+#[test]
+fn bench_through_a_gateway_reports_each_replica_by_its_name() {
+    let a = Serve::start(&["--threads", "1", "--instance-id", "replica-a"]);
+    let b = Serve::start(&["--threads", "1", "--instance-id", "replica-b"]);
+    let gateway = round_robin(vec![a.addr.clone(), b.addr.clone()]);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run.json");
+    let run = bench(
+        &format!("http://{gateway}"),
+        &out,
+        &["--concurrency", "4", "-n", "16", "--output-len", "8"],
+    );
+    let (records, report) = finish(run, &out);
+    let mut seen: Vec<&str> = records
+        .iter()
+        .map(|r| {
+            assert_eq!(r["ok"], true, "{r}");
+            r["instance"].as_str().unwrap()
+        })
+        .collect();
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen, ["replica-a", "replica-b"], "{report}");
+    for name in seen {
+        assert!(report.contains(&format!("| {name} |")), "{report}");
+    }
 }

@@ -78,6 +78,8 @@ pub(crate) struct Conn {
     pub request_id: String,
     /// The endpoint it went to (an index into the client's endpoints).
     pub endpoint: usize,
+    /// The replica that answered, when it names itself (`x-hasten-instance`).
+    pub instance: Option<String>,
 }
 
 impl Conn {
@@ -259,13 +261,20 @@ pub(crate) async fn open(
             "expected an event stream, got content-type {ct:?}"
         )));
     }
+    let instance = instance_of(resp.headers());
     Ok(Conn {
+        instance,
         body: resp.bytes_stream().boxed(),
         parser: Parser::new(),
         pending: VecDeque::new(),
         request_id,
         endpoint: endpoint % inner.bases.len(),
     })
+}
+
+/// The replica's name from its `x-hasten-instance` header.
+pub(crate) fn instance_of(h: &reqwest::header::HeaderMap) -> Option<String> {
+    h.get("x-hasten-instance")?.to_str().ok().map(str::to_owned)
 }
 
 /// Whether a data event carries output; an error event is an error.

@@ -256,6 +256,7 @@ impl Client {
         total: Option<Deadline>,
     ) -> Result<Output> {
         use futures_util::StreamExt;
+        let instance = attempt::instance_of(resp.headers());
         let header_timing = resp
             .headers()
             .get("server-timing")
@@ -308,6 +309,7 @@ impl Client {
             output_tokens: usage.map_or(0, |u| u.completion_tokens),
             // The body's breakdown also carries the speculation counts.
             server: w.timing.or(header_timing),
+            instance,
             ..Stats::default()
         };
         Ok(Output {

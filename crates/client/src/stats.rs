@@ -127,6 +127,9 @@ pub struct Stats {
     /// Attempts sent to another endpoint than the attempt before them
     /// (retries, and continuations after a replica broke).
     pub failovers: u32,
+    /// The replica that gave the answer, when it names itself
+    /// (`x-hasten-instance`; through a gateway the endpoint is the gateway).
+    pub instance: Option<String>,
     /// The server's breakdown (first choice's, or the `Server-Timing`
     /// header of a non-streaming response).
     pub server: Option<Timing>,

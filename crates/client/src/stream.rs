@@ -263,6 +263,7 @@ impl Streaming {
                     self.request_id = Some(won.conn.request_id.clone());
                     // A won hedge moved the stream (not a failover).
                     self.endpoint = Some(won.conn.endpoint);
+                    self.out.stats.instance = won.conn.instance.clone();
                     self.out.stats.endpoint = Some(inner.base(won.conn.endpoint).to_owned());
                     self.last_event_id = None;
                     self.usage_seen = 0;
@@ -326,6 +327,7 @@ impl Streaming {
             };
             let at = self.endpoint.unwrap_or(0);
             if let Ok(conn) = attempt::open(&self.inner, at, &target, id, deadline).await {
+                self.out.stats.instance = conn.instance.clone();
                 self.conn = Some(conn);
                 self.last_event_at = Some(now);
                 return Ok(());

@@ -71,6 +71,9 @@ pub struct ServerConfig {
     pub otlp_endpoint: Option<String>,
     /// Longest a finished span waits in the exporter's batch.
     pub otlp_flush: Duration,
+    /// Sent as `x-hasten-instance` on every response (`--instance-id`), so a
+    /// client behind a gateway can tell the replicas apart.
+    pub instance: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -90,6 +93,7 @@ impl Default for ServerConfig {
             vllm_metrics: true,
             otlp_endpoint: None,
             otlp_flush: Duration::from_secs(1),
+            instance: None,
         }
     }
 }

@@ -149,6 +149,15 @@ pub async fn count(State(st): State<AppState>, req: Request, next: Next) -> Resp
         }
         None => next.run(req).await,
     };
+    let mut resp = resp;
+    if let Some(v) = st
+        .cfg
+        .instance
+        .as_deref()
+        .and_then(|i| HeaderValue::from_str(i).ok())
+    {
+        resp.headers_mut().insert("x-hasten-instance", v);
+    }
     let status = resp.status().as_u16();
     // For streams this is the time to the response head, not to the end.
     tracing::info!(target: "hasten::http", "{id} {method} {route} {status} {:.1} ms", t0.elapsed().as_secs_f64() * 1e3);
