@@ -2,7 +2,8 @@
 `openai` Python package: a response and the same request streamed (the
 deltas assemble to the unary text, the final event carries the same
 output), a function-tool round trip through `previous_response_id` on
-Qwen3's template, `text.format` JSON schema, `store: false`, and the SDK's
+Qwen3's template, `text.format` JSON schema, `store: false`, retrieving,
+listing the input items of and deleting stored responses, and the SDK's
 typed errors.
 
 Run through scripts/test-openai.sh (HASTEN_BIN, HASTEN_MODEL).
@@ -109,6 +110,38 @@ class Tools(unittest.TestCase):
         # none leaves the tool list out): longer than the question alone.
         alone = c.responses.create(model="tiny", input=args["input"], max_output_tokens=1)
         self.assertGreater(out.usage.input_tokens, alone.usage.input_tokens + 20)
+
+
+class Stored(unittest.TestCase):
+    def test_retrieve_input_items_and_delete(self):
+        c = SERVER.client()
+        r = c.responses.create(model="tiny", input="Hello there", max_output_tokens=8, temperature=0)
+        got = c.responses.retrieve(r.id)
+        self.assertEqual((got.id, got.output_text, got.status), (r.id, r.output_text, r.status))
+        self.assertEqual(got.usage.output_tokens, r.usage.output_tokens)
+        items = c.responses.input_items.list(r.id)
+        self.assertEqual(len(items.data), 1)
+        self.assertEqual(items.data[0].role, "user")
+        self.assertEqual(items.data[0].content[0].text, "Hello there")
+        # A streamed response is stored as its final event showed it.
+        final = None
+        for ev in c.responses.create(model="tiny", input="Hi", max_output_tokens=4, stream=True):
+            if ev.type in ("response.completed", "response.incomplete"):
+                final = ev.response
+        self.assertEqual(c.responses.retrieve(final.id).output_text, final.output_text)
+        c.responses.delete(r.id)
+        with self.assertRaises(openai.NotFoundError):
+            c.responses.retrieve(r.id)
+        with self.assertRaises(openai.NotFoundError):
+            c.responses.delete(r.id)
+        with self.assertRaises(openai.NotFoundError):
+            c.responses.input_items.list(r.id)
+        # A deleted response cannot be continued; store: false is never kept.
+        with self.assertRaises(openai.NotFoundError):
+            c.responses.create(model="tiny", input="more", previous_response_id=r.id, max_output_tokens=2)
+        r2 = c.responses.create(model="tiny", input="x", max_output_tokens=2, store=False)
+        with self.assertRaises(openai.NotFoundError):
+            c.responses.retrieve(r2.id)
 
 
 class Errors(unittest.TestCase):

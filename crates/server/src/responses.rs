@@ -12,7 +12,7 @@ use crate::middleware::RequestId;
 use crate::AppState;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use hasten_protocol::chat::ChatCompletion;
@@ -26,31 +26,117 @@ use std::time::{Duration, Instant};
 /// [`ResponseStore::CAP`], each for [`ResponseStore::TTL`].
 #[derive(Default)]
 pub struct ResponseStore {
-    kept: Mutex<VecDeque<(String, Instant, Vec<Value>)>>,
+    kept: Mutex<VecDeque<Stored>>,
+}
+
+/// One stored response: the conversation up to and including it (for
+/// `previous_response_id`), the response object (`GET`), and its own input
+/// items (`GET .../input_items`).
+#[derive(Debug, Clone)]
+struct Stored {
+    id: String,
+    at: Instant,
+    messages: Vec<Value>,
+    response: Value,
+    input: Vec<Value>,
 }
 
 impl ResponseStore {
     pub const CAP: usize = 1024;
     pub const TTL: Duration = Duration::from_secs(3600);
 
-    fn get(&self, id: &str) -> Option<Vec<Value>> {
+    fn find(&self, id: &str) -> Option<Stored> {
         let kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
         kept.iter()
-            .find(|(k, t, _)| k == id && t.elapsed() < Self::TTL)
-            .map(|(_, _, m)| m.clone())
+            .find(|s| s.id == id && s.at.elapsed() < Self::TTL)
+            .cloned()
     }
 
-    fn put(&self, id: String, messages: Vec<Value>) {
+    fn get(&self, id: &str) -> Option<Vec<Value>> {
+        self.find(id).map(|s| s.messages)
+    }
+
+    fn put(&self, s: Stored) {
         let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
-        while kept.len() >= Self::CAP
-            || kept
-                .front()
-                .is_some_and(|(_, t, _)| t.elapsed() >= Self::TTL)
-        {
+        while kept.len() >= Self::CAP || kept.front().is_some_and(|f| f.at.elapsed() >= Self::TTL) {
             kept.pop_front();
         }
-        kept.push_back((id, Instant::now(), messages));
+        kept.push_back(s);
     }
+
+    /// Forgets `id`; whether it was kept.
+    fn delete(&self, id: &str) -> bool {
+        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        let before = kept.len();
+        kept.retain(|s| s.id != id);
+        kept.len() < before
+    }
+}
+
+fn not_stored(id: &str) -> Error {
+    Error::NotFound {
+        message: format!(
+            "no stored response {id} (expired, deleted, stored with store: false, or never made)"
+        ),
+        code: "response_not_found",
+    }
+}
+
+/// `GET /v1/responses/{id}`: a stored response as it was returned.
+pub async fn retrieve(State(st): State<AppState>, Path(id): Path<String>) -> Result<Response> {
+    let s = st.responses.find(&id).ok_or_else(|| not_stored(&id))?;
+    Ok(Json(s.response).into_response())
+}
+
+/// `DELETE /v1/responses/{id}`.
+pub async fn delete(State(st): State<AppState>, Path(id): Path<String>) -> Result<Response> {
+    if !st.responses.delete(&id) {
+        return Err(not_stored(&id));
+    }
+    Ok(Json(json!({"id": id, "object": "response", "deleted": true})).into_response())
+}
+
+/// `GET /v1/responses/{id}/input_items`: the input items of that request
+/// (not of earlier turns), oldest first, in one page.
+pub async fn input_items(State(st): State<AppState>, Path(id): Path<String>) -> Result<Response> {
+    let s = st.responses.find(&id).ok_or_else(|| not_stored(&id))?;
+    let first = s
+        .input
+        .first()
+        .and_then(|i| i["id"].as_str())
+        .map(str::to_owned);
+    let last = s
+        .input
+        .last()
+        .and_then(|i| i["id"].as_str())
+        .map(str::to_owned);
+    Ok(Json(json!({
+        "object": "list", "data": s.input, "first_id": first, "last_id": last, "has_more": false
+    }))
+    .into_response())
+}
+
+/// `input` as the list of items `input_items` returns, each with an id.
+fn input_list(input: &Input, id: &str) -> Vec<Value> {
+    let items: Vec<Value> = match input {
+        Input::Text(t) => vec![json!({
+            "type": "message", "role": "user", "content": [{"type": "input_text", "text": t}]
+        })],
+        Input::Items(v) => v
+            .iter()
+            .filter_map(|i| serde_json::to_value(i).ok())
+            .collect(),
+    };
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(k, mut v)| {
+            if v.get("id").is_none_or(Value::is_null) {
+                v["id"] = json!(format!("msg_{}_in{k}", id.trim_start_matches("resp_")));
+            }
+            v
+        })
+        .collect()
 }
 
 /// `POST /v1/responses`.
@@ -85,14 +171,20 @@ pub async fn responses(
         return Ok(resp);
     }
     let keep = req.store != Some(false);
+    let input = input_list(&req.input, &id);
     if stream {
         return Ok(stream_response(
             resp,
             Conv::new(id, echo),
-            move |id, items| {
+            move |id, items, response| {
                 if keep {
-                    st.responses
-                        .put(id, [history, vec![assistant_message(items)]].concat());
+                    st.responses.put(Stored {
+                        id,
+                        at: Instant::now(),
+                        messages: [history, vec![assistant_message(items)]].concat(),
+                        response,
+                        input,
+                    });
                 }
             },
         ));
@@ -103,10 +195,7 @@ pub async fn responses(
     let c: ChatCompletion = serde_json::from_slice(&body)
         .map_err(|e| Error::Internal(format!("the chat answer: {e}")))?;
     let items = output_items(&c);
-    if keep {
-        history.push(assistant_message(&items));
-        st.responses.put(id.clone(), history);
-    }
+    let messages = keep.then(|| [history, vec![assistant_message(&items)]].concat());
     let ch = c.choices.first();
     let usage = usage_json(
         c.usage.prompt_tokens,
@@ -115,15 +204,24 @@ pub async fn responses(
         reasoning(&c.usage),
     );
     let finish = ch.and_then(|c| c.finish_reason.clone());
-    Ok(Json(echo.response(
+    let response = echo.response(
         &id,
         "completed",
         &c.model,
         items,
         Some(usage),
         finish.as_deref(),
-    ))
-    .into_response())
+    );
+    if let Some(messages) = messages {
+        st.responses.put(Stored {
+            id,
+            at: Instant::now(),
+            messages,
+            response: response.clone(),
+            input,
+        });
+    }
+    Ok(Json(response).into_response())
 }
 
 fn cached(u: &hasten_protocol::Usage) -> u64 {
@@ -437,14 +535,14 @@ impl Echo {
 fn stream_response(
     resp: Response,
     mut conv: Conv,
-    done: impl FnOnce(String, &[Value]) + Send + 'static,
+    done: impl FnOnce(String, &[Value], Value) + Send + 'static,
 ) -> Response {
     let mut done = Some(done);
     crate::rewrite::rewrite_sse(resp, move |d| {
         let out = conv.data(d);
         if conv.finished {
-            if let Some(f) = done.take() {
-                f(conv.id.clone(), &conv.items);
+            if let (Some(f), Some(r)) = (done.take(), conv.last.take()) {
+                f(conv.id.clone(), &conv.items, r);
             }
         }
         out
@@ -464,6 +562,8 @@ struct Conv {
     open: Option<usize>,
     finish: Option<String>,
     usage: Option<Value>,
+    /// The final response object, once the stream ended.
+    last: Option<Value>,
 }
 
 impl Conv {
@@ -479,6 +579,7 @@ impl Conv {
             open: None,
             finish: None,
             usage: None,
+            last: None,
         }
     }
 
@@ -564,6 +665,7 @@ impl Conv {
                 "response.completed"
             };
             out.push_str(&self.event(kind, json!({"response": r})));
+            self.last = Some(r);
             return out;
         }
         let Ok(j) = serde_json::from_str::<Value>(d) else {

@@ -36,6 +36,14 @@ pub fn router(st: AppState) -> Router {
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
         .route("/v1/responses", post(crate::responses::responses))
+        .route(
+            "/v1/responses/{id}",
+            get(crate::responses::retrieve).delete(crate::responses::delete),
+        )
+        .route(
+            "/v1/responses/{id}/input_items",
+            get(crate::responses::input_items),
+        )
         .route("/v1/embeddings", post(crate::embeddings::embeddings))
         .route("/v1/models", get(models))
         .route("/v1/models/{id}", get(model))
@@ -91,7 +99,7 @@ pub fn router(st: AppState) -> Router {
         app = app.layer(
             CorsLayer::new()
                 .allow_origin(origins)
-                .allow_methods([Method::GET, Method::POST])
+                .allow_methods([Method::GET, Method::POST, Method::DELETE])
                 .allow_headers(Any)
                 .expose_headers([
                     header::HeaderName::from_static("x-request-id"),
