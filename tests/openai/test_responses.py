@@ -3,13 +3,14 @@
 deltas assemble to the unary text, the final event carries the same
 output), a function-tool round trip through `previous_response_id` on
 Qwen3's template, `text.format` JSON schema, `store: false`, retrieving,
-listing the input items of and deleting stored responses, and the SDK's
-typed errors.
+listing the input items of and deleting stored responses, background
+responses (polled, continued, cancelled), and the SDK's typed errors.
 
 Run through scripts/test-openai.sh (HASTEN_BIN, HASTEN_MODEL).
 """
 
 import json
+import time
 import unittest
 
 import jsonschema
@@ -142,6 +143,41 @@ class Stored(unittest.TestCase):
         r2 = c.responses.create(model="tiny", input="x", max_output_tokens=2, store=False)
         with self.assertRaises(openai.NotFoundError):
             c.responses.retrieve(r2.id)
+
+
+class Background(unittest.TestCase):
+    def poll(self, c, rid):
+        for _ in range(400):
+            got = c.responses.retrieve(rid)
+            if got.status not in ("queued", "in_progress"):
+                return got
+            time.sleep(0.05)
+        self.fail(f"{rid} never ended")
+
+    def test_poll_continue_and_cancel(self):
+        c = SERVER.client()
+        r = c.responses.create(model="tiny", input="Hello there", max_output_tokens=8, temperature=0, background=True)
+        self.assertIn(r.status, ("queued", "in_progress"))
+        self.assertEqual(r.output, [])
+        done = self.poll(c, r.id)
+        self.assertIn(done.status, ("completed", "incomplete"))
+        # The same answer a foreground request gives.
+        fg = c.responses.create(model="tiny", input="Hello there", max_output_tokens=8, temperature=0)
+        self.assertEqual(done.output_text, fg.output_text)
+        self.assertEqual(done.usage.output_tokens, fg.usage.output_tokens)
+        # A finished background response can be continued.
+        nxt = c.responses.create(model="tiny", input="more", previous_response_id=r.id, max_output_tokens=2)
+        self.assertGreater(nxt.usage.input_tokens, fg.usage.input_tokens)
+        # A long one cancelled at once ends cancelled (or had already ended).
+        long = c.responses.create(model="tiny", input="Once upon a time", max_output_tokens=400, background=True)
+        cancelled = c.responses.cancel(long.id)
+        self.assertIn(cancelled.status, ("cancelled", "completed", "incomplete"))
+        self.assertEqual(c.responses.retrieve(long.id).status, cancelled.status)
+        # Only background responses can be cancelled; background needs store.
+        with self.assertRaises(openai.BadRequestError):
+            c.responses.cancel(fg.id)
+        with self.assertRaises(openai.BadRequestError):
+            c.responses.create(model="tiny", input="x", background=True, store=False)
 
 
 class Errors(unittest.TestCase):

@@ -134,6 +134,7 @@ pub async fn sweep(
         endpoint: match plan.endpoint {
             Endpoint::Chat => "chat".into(),
             Endpoint::Completions => "completions".into(),
+            Endpoint::Responses => "responses".into(),
         },
         workload: plan.workload.clone(),
         started_unix,

@@ -35,6 +35,9 @@ pub enum Input {
 pub enum Endpoint {
     Chat,
     Completions,
+    /// OpenAI's Responses API (`/v1/responses`): the same conversation as
+    /// input items, the system prompt as `instructions`.
+    Responses,
 }
 
 /// A length: fixed, or uniform in `lo..=hi`.
@@ -303,6 +306,7 @@ impl Item {
         }
         let model = s.model.clone();
         match (endpoint, &self.input) {
+            (Endpoint::Responses, input) => responses_request(model, input, &sampling).into(),
             (Endpoint::Chat, Input::Messages(m)) => ChatCompletionRequest {
                 model,
                 messages: m.clone(),
@@ -333,6 +337,58 @@ impl Item {
                 .into()
             }
         }
+    }
+}
+
+/// The Responses request for `input`: text with `instructions`, or a
+/// conversation as message items. There is no per-event usage in the
+/// Responses events, so ITL counts one token per text event.
+fn responses_request(
+    model: Option<String>,
+    input: &Input,
+    s: &hasten_protocol::Sampling,
+) -> hasten_protocol::responses::ResponsesRequest {
+    use hasten_protocol::responses::{self as r, ResponsesRequest};
+    let (instructions, input) = match input {
+        Input::Text { system, text } => (system.clone(), r::Input::Text(text.clone())),
+        Input::Messages(m) => {
+            let items = m
+                .iter()
+                .map(|m| {
+                    r::Item::Message(r::MessageItem {
+                        role: m.role.clone(),
+                        content: r::MessageContent::Text(message_text(m)),
+                        id: None,
+                        status: None,
+                    })
+                })
+                .collect();
+            (None, r::Input::Items(items))
+        }
+    };
+    let mut extra = hasten_protocol::Extra::new();
+    if s.ignore_eos == Some(true) {
+        extra.insert("ignore_eos".into(), serde_json::Value::Bool(true));
+    }
+    ResponsesRequest {
+        model,
+        input,
+        instructions,
+        tools: None,
+        tool_choice: None,
+        parallel_tool_calls: None,
+        text: None,
+        reasoning: None,
+        max_output_tokens: s.max_tokens,
+        temperature: s.temperature,
+        top_p: None,
+        stream: Some(true),
+        store: Some(false),
+        previous_response_id: None,
+        background: None,
+        metadata: None,
+        user: None,
+        extra,
     }
 }
 

@@ -53,6 +53,7 @@ enum WorkloadArg {
 enum EndpointArg {
     Chat,
     Completions,
+    Responses,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -250,12 +251,14 @@ async fn run(a: RunArgs) -> Result<()> {
     let endpoint = match a.api {
         EndpointArg::Chat => hasten_bench::Endpoint::Chat,
         EndpointArg::Completions => hasten_bench::Endpoint::Completions,
+        EndpointArg::Responses => hasten_bench::Endpoint::Responses,
     };
     let mut sampling = Sampling {
         model: a.endpoint.model(&client).await,
         temperature: a.temperature,
         ignore_eos: !a.no_ignore_eos,
-        continuous_usage: !a.no_continuous_usage,
+        // Responses events have no per-event usage.
+        continuous_usage: !a.no_continuous_usage && endpoint != hasten_bench::Endpoint::Responses,
     };
     let notes = hasten_bench::probe(&client, endpoint, &items[0], &mut sampling)
         .await

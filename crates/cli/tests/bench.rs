@@ -227,6 +227,50 @@ fn bench_measures_the_real_server_and_writes_its_files() {
 }
 
 #[test]
+fn bench_drives_the_responses_api() {
+    let server = Serve::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run.json");
+    let url = server.url();
+    let o = hasten(&[
+        "bench",
+        "--url",
+        &url,
+        "--api",
+        "responses",
+        "--concurrency",
+        "2",
+        "-n",
+        "4",
+        "--warmup",
+        "0",
+        "--input-len",
+        "8",
+        "--output-len",
+        "7",
+        "--quiet",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let run: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(run["endpoint"], "responses", "{run}");
+    assert_eq!(run["continuous_usage"], false);
+    let records = run["levels"][0]["records"].as_array().unwrap();
+    assert_eq!(records.len(), 4);
+    for r in records {
+        assert_eq!(r["ok"], true, "{r}");
+        // ignore_eos passes through /v1/responses: exact lengths.
+        assert_eq!(r["output_tokens"], 7, "{r}");
+        // The final event carries the server's breakdown.
+        assert!(r["server"]["decode_ms"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["ttft_ms"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(!r["itl_ms"].as_array().unwrap().is_empty(), "{r}");
+    }
+}
+
+#[test]
 fn bad_flags_and_missing_servers_are_clear_errors() {
     for (args, want) in [
         (vec!["bench", "--rate", "0"], "--rate must be positive"),

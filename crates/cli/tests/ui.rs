@@ -364,6 +364,25 @@ async fn the_web_page_chats_shows_its_timeline_resumes_and_charts() {
     no_errors(&c, "after a resumed reply").await;
     shot(&c, "resumed").await;
 
+    // 2b. The same prompt through the Responses API (`/v1/responses`):
+    // the same greedy text, streamed, with the server's timing.
+    c.find(Locator::Css("#new-chat"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    js(&c, &set("api", "responses")).await;
+    let (lens, r3) = chat(&c, "In the beginning").await;
+    js(&c, &set("api", "chat")).await;
+    assert!(
+        lens >= 3,
+        "the Responses reply appeared in {lens} steps: {r3}"
+    );
+    assert_eq!(r3["text"].as_str().unwrap(), text, "{r3}");
+    assert!(r3["timing"]["decode_ms"].as_f64().unwrap() > 0.0, "{r3}");
+    no_errors(&c, "after a Responses reply").await;
+
     // 3. Long requests hold the one running slot and fill the queue: one
     // more, from the page, shows its waiting position.
     let long = r#"{"prompt":"And","max_tokens":64,"ignore_eos":true}"#;

@@ -279,15 +279,14 @@ pub(crate) fn instance_of(h: &reqwest::header::HeaderMap) -> Option<String> {
 
 /// Whether a data event carries output; an error event is an error.
 fn is_output(data: &str) -> Result<bool, Error> {
-    if data.trim() == "[DONE]" {
-        return Ok(true);
-    }
-    let w: crate::request::Wire = serde_json::from_str(data)
-        .map_err(|e| Error::Protocol(format!("a stream event is not a chunk: {e}")))?;
-    if let Some(e) = &w.error {
+    let ws = match crate::events::Decoder::default().decode(data)? {
+        crate::events::Event::Done => return Ok(true),
+        crate::events::Event::Chunks(ws) => ws,
+    };
+    if let Some(e) = ws.iter().find_map(|w| w.error.as_ref()) {
         return Err(Error::Stream(Box::new(crate::request::error_body(e))));
     }
-    Ok(w.choices.iter().any(|c| {
+    Ok(ws.iter().flat_map(|w| &w.choices).any(|c| {
         let parts = c.part().is_some_and(|p| {
             p.tool_calls.as_ref().is_some_and(|t| !t.is_empty())
                 || p.reasoning_content.as_ref().is_some_and(|r| !r.is_empty())

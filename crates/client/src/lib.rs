@@ -29,12 +29,13 @@
 //!
 //! Modules: [`config`] (settings), [`error`], `sse` (event parser),
 //! `policy` (backoff, budgets), `request` (bodies, continuation, lenient
-//! response readers), `attempt` (one HTTP attempt, the hedge race),
+//! response readers), `events` (stream events of every API as chat chunks), `attempt` (one HTTP attempt, the hedge race),
 //! `stream` ([`Streaming`]), [`stats`].
 
 mod attempt;
 pub mod config;
 pub mod error;
+mod events;
 mod policy;
 mod request;
 pub mod sse;
@@ -288,7 +289,7 @@ impl Client {
         if v.get("error").is_some() {
             return Err(Error::Stream(Box::new(error_body(&v))));
         }
-        let w: Wire = serde_json::from_value(v)
+        let w: Wire = serde_json::from_value(events::whole(v))
             .map_err(|e| Error::Protocol(format!("the response is not a completion: {e}")))?;
         let mut choices = vec![ChoiceOutput::default(); req.choices()];
         for c in &w.choices {

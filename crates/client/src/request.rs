@@ -1,19 +1,28 @@
-//! The two kinds of request (chat and legacy completions) as the client
-//! sends them, how a continuation is built from a partial answer, and
+//! The kinds of request (chat, legacy completions, OpenAI Responses) as
+//! the client sends them, how a continuation is built from a partial answer, and
 //! lenient readers for what comes back: any OpenAI-compatible server's
 //! chunks and bodies, which differ in which optional fields they fill.
 
 use hasten_protocol::chat::{ChatCompletionRequest, ChatMessage};
 use hasten_protocol::completions::{CompletionRequest, Prompt};
+use hasten_protocol::responses::ResponsesRequest;
 use hasten_protocol::{ErrorBody, ErrorObject, Timing, Usage};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-/// What to send: `/v1/chat/completions` or `/v1/completions`.
+/// What to send: `/v1/chat/completions`, `/v1/completions` or
+/// `/v1/responses` (one answer; its events are read as chat chunks).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Request {
     Chat(ChatCompletionRequest),
     Completion(CompletionRequest),
+    Responses(Box<ResponsesRequest>),
+}
+
+impl From<ResponsesRequest> for Request {
+    fn from(r: ResponsesRequest) -> Self {
+        Request::Responses(Box::new(r))
+    }
 }
 
 impl From<ChatCompletionRequest> for Request {
@@ -64,13 +73,19 @@ impl Request {
         let extra = match self {
             Request::Chat(r) => &mut r.extra,
             Request::Completion(r) => &mut r.extra,
+            Request::Responses(r) => &mut r.extra,
         };
         extra.insert(field.to_owned(), value);
     }
 
     /// Asks for an answer matching a JSON Schema (`response_format`
-    /// `json_schema`, strict).
+    /// `json_schema`, strict; `text.format` for Responses).
     pub fn json_schema(mut self, name: &str, schema: Value) -> Self {
+        if let Request::Responses(r) = &mut self {
+            r.text = Some(serde_json::json!({"format": {"type": "json_schema",
+                "name": name, "schema": schema, "strict": true}}));
+            return self;
+        }
         self.set(
             "response_format",
             serde_json::json!({"type": "json_schema",
@@ -83,21 +98,24 @@ impl Request {
         match self {
             Request::Chat(_) => "chat/completions",
             Request::Completion(_) => "completions",
+            Request::Responses(_) => "responses",
         }
     }
 
-    fn sampling(&self) -> &hasten_protocol::Sampling {
+    fn sampling(&self) -> Option<&hasten_protocol::Sampling> {
         match self {
-            Request::Chat(r) => &r.sampling,
-            Request::Completion(r) => &r.sampling,
+            Request::Chat(r) => Some(&r.sampling),
+            Request::Completion(r) => Some(&r.sampling),
+            Request::Responses(_) => None,
         }
     }
 
     /// How many choices the answer has.
     pub(crate) fn choices(&self) -> usize {
-        let n = self.sampling().n.unwrap_or(1).max(1) as usize;
+        let n = self.sampling().and_then(|s| s.n).unwrap_or(1).max(1) as usize;
         match self {
             Request::Chat(_) => n,
+            Request::Responses(_) => 1,
             Request::Completion(r) => {
                 n * match &r.prompt {
                     Prompt::Texts(v) => v.len().max(1),
@@ -108,9 +126,12 @@ impl Request {
         }
     }
 
+    /// Whether the stream ends with usage (a Responses stream always does).
     pub(crate) fn wants_usage(&self) -> bool {
-        self.sampling()
-            .stream_options
+        let Some(s) = self.sampling() else {
+            return true;
+        };
+        s.stream_options
             .as_ref()
             .and_then(|o| o.include_usage)
             .unwrap_or(false)
@@ -121,8 +142,13 @@ impl Request {
         let mut v = match self {
             Request::Chat(r) => serde_json::to_value(r)?,
             Request::Completion(r) => serde_json::to_value(r)?,
+            Request::Responses(r) => serde_json::to_value(r)?,
         };
         if let Value::Object(m) = &mut v {
+            if matches!(self, Request::Responses(_)) {
+                // Its unset fields are absent, not null, as the SDKs send them.
+                m.retain(|_, v| !v.is_null());
+            }
             m.insert("stream".into(), Value::Bool(stream));
             if !stream {
                 m.remove("stream_options");
@@ -135,7 +161,8 @@ impl Request {
     /// long): the chat gets `text` as a final assistant message (plus
     /// `extra` fields), a text prompt gets it appended, and the token
     /// limit shrinks by what was received. `None` when the request cannot
-    /// be continued (several choices, token-id prompts, limit reached).
+    /// be continued (several choices, token-id prompts, limit reached, a
+    /// Responses request: its stream has no way to continue a message).
     pub(crate) fn continued(
         &self,
         text: &str,
@@ -176,6 +203,7 @@ impl Request {
                 }
                 Some(Request::Completion(r))
             }
+            Request::Responses(_) => None,
         }
     }
 }

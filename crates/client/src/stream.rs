@@ -8,6 +8,7 @@
 //! when asked for) without waiting for the server to close.
 
 use crate::attempt::{self, Conn, Deadline, Read, Target, Timeout};
+use crate::events::{Decoder, Event};
 use crate::request::{error_body, Request, Wire};
 use crate::sse::Item;
 use crate::stats::{ChoiceOutput, Delta, Output};
@@ -72,6 +73,7 @@ pub struct Streaming {
     /// report usage on every chunk give exact per-event token counts).
     usage_seen: u64,
     usage_final: bool,
+    decoder: Decoder,
 }
 
 impl Streaming {
@@ -105,6 +107,7 @@ impl Streaming {
             tokens_before: 0,
             usage_seen: 0,
             usage_final: false,
+            decoder: Decoder::default(),
         }
     }
 
@@ -366,16 +369,21 @@ impl Streaming {
     /// Handles one data event.
     fn on_event(&mut self, id: Option<String>, data: &str, at: Instant) -> Result<(), Error> {
         self.last_event_at = Some(at);
-        let mut icl_recorded = false;
         if id.is_some() {
             self.last_event_id = id;
         }
-        if data.trim() == "[DONE]" {
-            self.finish(at);
-            return Ok(());
+        match self.decoder.decode(data)? {
+            Event::Done => {
+                self.finish(at);
+                Ok(())
+            }
+            Event::Chunks(ws) => ws.into_iter().try_for_each(|w| self.on_chunk(w, at)),
         }
-        let w: Wire = serde_json::from_str(data)
-            .map_err(|e| Error::Protocol(format!("a stream event is not a chunk: {e}")))?;
+    }
+
+    /// Handles one chunk (a Responses event may amount to two).
+    fn on_chunk(&mut self, w: Wire, at: Instant) -> Result<(), Error> {
+        let mut icl_recorded = false;
         if let Some(e) = &w.error {
             return Err(Error::Stream(Box::new(error_body(e))));
         }

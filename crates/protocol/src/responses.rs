@@ -39,6 +39,10 @@ pub struct ResponsesRequest {
     pub store: Option<bool>,
     #[serde(default)]
     pub previous_response_id: Option<String>,
+    /// Run in the background: answered at once with a `queued` response;
+    /// poll `GET /v1/responses/{id}`, cancel with `POST .../cancel`.
+    #[serde(default)]
+    pub background: Option<bool>,
     #[serde(default)]
     pub metadata: Option<Value>,
     #[serde(default)]

@@ -22,6 +22,9 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+mod stream;
+use stream::{stream_response, Conv, Echo};
+
 /// Conversations kept for `previous_response_id`: the newest
 /// [`ResponseStore::CAP`], each for [`ResponseStore::TTL`].
 #[derive(Default)]
@@ -39,6 +42,31 @@ struct Stored {
     messages: Vec<Value>,
     response: Value,
     input: Vec<Value>,
+    /// A background response's task (`None` once it ended, and for others).
+    task: Option<tokio::task::AbortHandle>,
+    background: bool,
+}
+
+impl Stored {
+    fn new(id: String, messages: Vec<Value>, response: Value, input: Vec<Value>) -> Stored {
+        Stored {
+            id,
+            at: Instant::now(),
+            messages,
+            response,
+            input,
+            task: None,
+            background: false,
+        }
+    }
+
+    /// Still queued or running (a background response).
+    fn pending(&self) -> bool {
+        matches!(
+            self.response["status"].as_str(),
+            Some("queued" | "in_progress")
+        )
+    }
 }
 
 impl ResponseStore {
@@ -52,10 +80,6 @@ impl ResponseStore {
             .cloned()
     }
 
-    fn get(&self, id: &str) -> Option<Vec<Value>> {
-        self.find(id).map(|s| s.messages)
-    }
-
     fn put(&self, s: Stored) {
         let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
         while kept.len() >= Self::CAP || kept.front().is_some_and(|f| f.at.elapsed() >= Self::TTL) {
@@ -64,11 +88,26 @@ impl ResponseStore {
         kept.push_back(s);
     }
 
+    /// Changes the kept `id` (nothing if it is gone).
+    fn update(&self, id: &str, f: impl FnOnce(&mut Stored)) {
+        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = kept.iter_mut().find(|s| s.id == id) {
+            f(s);
+        }
+    }
+
     /// Forgets `id`; whether it was kept.
     fn delete(&self, id: &str) -> bool {
         let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
         let before = kept.len();
-        kept.retain(|s| s.id != id);
+        kept.retain(|s| {
+            if s.id == id {
+                if let Some(t) = &s.task {
+                    t.abort();
+                }
+            }
+            s.id != id
+        });
         kept.len() < before
     }
 }
@@ -94,6 +133,30 @@ pub async fn delete(State(st): State<AppState>, Path(id): Path<String>) -> Resul
         return Err(not_stored(&id));
     }
     Ok(Json(json!({"id": id, "object": "response", "deleted": true})).into_response())
+}
+
+/// `POST /v1/responses/{id}/cancel`: stops a background response that is
+/// still queued or running (its engine request is cancelled) and returns it
+/// as `cancelled`; one that already ended is returned as it is.
+pub async fn cancel(State(st): State<AppState>, Path(id): Path<String>) -> Result<Response> {
+    let s = st.responses.find(&id).ok_or_else(|| not_stored(&id))?;
+    if !s.background {
+        return Err(Error::bad(
+            format!("{id} is not a background response; only those can be cancelled"),
+            "response_id",
+        ));
+    }
+    let mut out = s.response.clone();
+    st.responses.update(&id, |s| {
+        if s.pending() {
+            if let Some(t) = s.task.take() {
+                t.abort();
+            }
+            s.response["status"] = json!("cancelled");
+        }
+        out = s.response.clone();
+    });
+    Ok(Json(out).into_response())
 }
 
 /// `GET /v1/responses/{id}/input_items`: the input items of that request
@@ -147,12 +210,24 @@ pub async fn responses(
 ) -> Result<Response> {
     let req: ResponsesRequest = crate::routes::parse(body, st.body_limit())?;
     let mut history = match &req.previous_response_id {
-        Some(id) => st.responses.get(id).ok_or_else(|| Error::NotFound {
-            message: format!(
-                "no stored response {id} (expired, stored with store: false, or never made)"
-            ),
-            code: "previous_response_not_found",
-        })?,
+        Some(id) => {
+            let s = st.responses.find(id).ok_or_else(|| Error::NotFound {
+                message: format!(
+                    "no stored response {id} (expired, deleted, stored with store: false, or never made)"
+                ),
+                code: "previous_response_not_found",
+            })?;
+            if s.pending() {
+                return Err(Error::bad(
+                    format!(
+                        "{id} is still {}; continue it once it has ended",
+                        s.response["status"]
+                    ),
+                    "previous_response_id",
+                ));
+            }
+            s.messages
+        }
         None => Vec::new(),
     };
     history.extend(input_messages(&req.input)?);
@@ -166,62 +241,133 @@ pub async fn responses(
     let id = format!("resp_{}", rid.0);
     let echo = Echo::of(&req);
     let bytes = Bytes::from(serde_json::to_vec(&chat).map_err(|e| Error::Internal(e.to_string()))?);
+    let keep = req.store != Some(false);
+    let input = input_list(&req.input, &id);
+    if req.background == Some(true) {
+        if !keep {
+            return Err(Error::bad(
+                "a background response must be stored (store: true)",
+                "store",
+            ));
+        }
+        if stream {
+            return Err(Error::bad(
+                "background responses are not streamed here; poll GET /v1/responses/{id}",
+                "stream",
+            ));
+        }
+        let model = st.backend()?.model_id.clone();
+        let queued = echo.response(&id, "queued", &model, Vec::new(), None, None);
+        return Ok(background(
+            st,
+            rid,
+            bytes,
+            Stored::new(id, history, queued, input),
+            echo,
+        ));
+    }
     let resp = crate::routes::chat(State(st.clone()), Extension(rid), Ok(bytes)).await?;
     if !resp.status().is_success() {
         return Ok(resp);
     }
-    let keep = req.store != Some(false);
-    let input = input_list(&req.input, &id);
     if stream {
         return Ok(stream_response(
             resp,
             Conv::new(id, echo),
             move |id, items, response| {
                 if keep {
-                    st.responses.put(Stored {
-                        id,
-                        at: Instant::now(),
-                        messages: [history, vec![assistant_message(items)]].concat(),
-                        response,
-                        input,
-                    });
+                    let messages = [history, vec![assistant_message(items)]].concat();
+                    st.responses.put(Stored::new(id, messages, response, input));
                 }
             },
         ));
     }
+    let (response, items) = unary(resp, &id, &echo).await?;
+    if keep {
+        let messages = [history, vec![assistant_message(&items)]].concat();
+        st.responses
+            .put(Stored::new(id, messages, response.clone(), input));
+    }
+    Ok(Json(response).into_response())
+}
+
+/// The Responses object of a unary chat answer `resp`, and its output items.
+async fn unary(resp: Response, id: &str, echo: &Echo) -> Result<(Value, Vec<Value>)> {
     let body = axum::body::to_bytes(resp.into_body(), usize::MAX)
         .await
         .map_err(|e| Error::Internal(format!("reading the chat answer: {e}")))?;
     let c: ChatCompletion = serde_json::from_slice(&body)
         .map_err(|e| Error::Internal(format!("the chat answer: {e}")))?;
     let items = output_items(&c);
-    let messages = keep.then(|| [history, vec![assistant_message(&items)]].concat());
-    let ch = c.choices.first();
     let usage = usage_json(
         c.usage.prompt_tokens,
         cached(&c.usage),
         c.usage.completion_tokens,
         reasoning(&c.usage),
     );
-    let finish = ch.and_then(|c| c.finish_reason.clone());
-    let response = echo.response(
-        &id,
+    let finish = c.choices.first().and_then(|c| c.finish_reason.clone());
+    let mut response = echo.response(
+        id,
         "completed",
         &c.model,
-        items,
+        items.clone(),
         Some(usage),
         finish.as_deref(),
     );
-    if let Some(messages) = messages {
-        st.responses.put(Stored {
-            id,
-            at: Instant::now(),
-            messages,
-            response: response.clone(),
-            input,
-        });
+    if let Some(t) = c.timing {
+        response["timing"] = json!(t);
     }
-    Ok(Json(response).into_response())
+    Ok((response, items))
+}
+
+/// Keeps `s` (a `queued` response) and runs its chat request `bytes` in a
+/// task that fills it in: `in_progress`, then the answer, or `failed`.
+/// Returns the queued response.
+fn background(st: AppState, rid: RequestId, bytes: Bytes, s: Stored, echo: Echo) -> Response {
+    let (id, queued) = (s.id.clone(), s.response.clone());
+    st.responses.put(Stored {
+        background: true,
+        ..s
+    });
+    let task = {
+        let (st, id) = (st.clone(), id.clone());
+        tokio::spawn(async move {
+            st.responses
+                .update(&id, |s| s.response["status"] = json!("in_progress"));
+            let answer =
+                match crate::routes::chat(State(st.clone()), Extension(rid), Ok(bytes)).await {
+                    Ok(r) if r.status().is_success() => unary(r, &id, &echo).await,
+                    Ok(r) => Err(Error::Internal(format!(
+                        "the chat request failed: {}",
+                        r.status()
+                    ))),
+                    Err(e) => Err(e),
+                };
+            st.responses.update(&id, |s| {
+                s.task = None;
+                if !s.pending() {
+                    return; // cancelled while the answer was being read
+                }
+                match answer {
+                    Ok((response, items)) => {
+                        s.messages.push(assistant_message(&items));
+                        s.response = response;
+                    }
+                    Err(e) => {
+                        s.response["status"] = json!("failed");
+                        s.response["error"] =
+                            json!({"code": "server_error", "message": e.to_string()});
+                    }
+                }
+            });
+        })
+    };
+    st.responses.update(&id, |s| {
+        if s.pending() {
+            s.task = Some(task.abort_handle());
+        }
+    });
+    Json(queued).into_response()
 }
 
 fn cached(u: &hasten_protocol::Usage) -> u64 {
@@ -324,6 +470,20 @@ fn input_messages(input: &Input) -> Result<Vec<Value>> {
     Ok(out)
 }
 
+/// Chat sampling fields a Responses request may carry beyond its own.
+const SAMPLING_EXTRAS: &[&str] = &[
+    "seed",
+    "top_k",
+    "min_p",
+    "stop",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "logit_bias",
+    "ignore_eos",
+    "speculate",
+];
+
 fn chat_body(req: &ResponsesRequest, messages: Vec<Value>) -> Result<Value> {
     let mut chat = json!({"messages": messages});
     let o = chat.as_object_mut().expect("an object");
@@ -340,6 +500,14 @@ fn chat_body(req: &ResponsesRequest, messages: Vec<Value>) -> Result<Value> {
     }
     if let Some(p) = req.parallel_tool_calls {
         o.insert("parallel_tool_calls".into(), json!(p));
+    }
+    // Chat's sampling extensions pass through (the SDKs send them as
+    // `extra_body`); other unknown fields (`include`, `truncation`,
+    // `prompt_cache_key`, ...) are ignored, as the Codex CLI sends them.
+    for k in SAMPLING_EXTRAS {
+        if let Some(v) = req.extra.get(*k) {
+            o.insert((*k).into(), v.clone());
+        }
     }
     if let Some(ts) = &req.tools {
         let mut list = Vec::new();
@@ -477,303 +645,4 @@ fn assistant_message(items: &[Value]) -> Value {
         m["tool_calls"] = json!(calls);
     }
     m
-}
-
-/// What a response object repeats of its request.
-#[derive(Clone)]
-struct Echo(Value);
-
-impl Echo {
-    fn of(r: &ResponsesRequest) -> Echo {
-        Echo(json!({
-            "instructions": r.instructions, "max_output_tokens": r.max_output_tokens,
-            "parallel_tool_calls": r.parallel_tool_calls.unwrap_or(true),
-            "previous_response_id": r.previous_response_id, "temperature": r.temperature,
-            "top_p": r.top_p, "tool_choice": r.tool_choice.clone().unwrap_or(json!("auto")),
-            "tools": r.tools.clone().unwrap_or_default(), "store": r.store.unwrap_or(true),
-            "metadata": r.metadata.clone().unwrap_or(json!({})),
-            "text": r.text.clone().unwrap_or(json!({"format": {"type": "text"}})),
-            "reasoning": r.reasoning.clone().unwrap_or(json!({"effort": null, "summary": null})),
-        }))
-    }
-
-    /// The response object; a `length` finish makes it incomplete.
-    fn response(
-        &self,
-        id: &str,
-        status: &str,
-        model: &str,
-        output: Vec<Value>,
-        usage: Option<Value>,
-        finish: Option<&str>,
-    ) -> Value {
-        let mut r = self.0.clone();
-        let (status, incomplete) = match (status, finish) {
-            ("completed", Some("length")) => ("incomplete", json!({"reason": "max_output_tokens"})),
-            (s, _) => (s, Value::Null),
-        };
-        let o = r.as_object_mut().expect("an object");
-        for (k, v) in [
-            ("id", json!(id)),
-            ("object", json!("response")),
-            ("created_at", json!(crate::unix_now())),
-            ("status", json!(status)),
-            ("error", Value::Null),
-            ("incomplete_details", incomplete),
-            ("model", json!(model)),
-            ("output", json!(output)),
-            ("usage", usage.unwrap_or(Value::Null)),
-        ] {
-            o.insert(k.into(), v);
-        }
-        r
-    }
-}
-
-/// The chat SSE stream rewritten as Responses events; `done` gets the
-/// response id and its output items at the end.
-fn stream_response(
-    resp: Response,
-    mut conv: Conv,
-    done: impl FnOnce(String, &[Value], Value) + Send + 'static,
-) -> Response {
-    let mut done = Some(done);
-    crate::rewrite::rewrite_sse(resp, move |d| {
-        let out = conv.data(d);
-        if conv.finished {
-            if let (Some(f), Some(r)) = (done.take(), conv.last.take()) {
-                f(conv.id.clone(), &conv.items, r);
-            }
-        }
-        out
-    })
-}
-
-/// One stream's rewriting: the items so far (the last may be open).
-struct Conv {
-    id: String,
-    echo: Echo,
-    model: String,
-    seq: u64,
-    started: bool,
-    finished: bool,
-    items: Vec<Value>,
-    /// The open item's index.
-    open: Option<usize>,
-    finish: Option<String>,
-    usage: Option<Value>,
-    /// The final response object, once the stream ended.
-    last: Option<Value>,
-}
-
-impl Conv {
-    fn new(id: String, echo: Echo) -> Conv {
-        Conv {
-            id,
-            echo,
-            model: String::new(),
-            seq: 0,
-            started: false,
-            finished: false,
-            items: Vec::new(),
-            open: None,
-            finish: None,
-            usage: None,
-            last: None,
-        }
-    }
-
-    fn event(&mut self, kind: &str, mut data: Value) -> String {
-        data["type"] = json!(kind);
-        data["sequence_number"] = json!(self.seq);
-        self.seq += 1;
-        format!("event: {kind}\ndata: {data}\n\n")
-    }
-
-    fn close(&mut self, out: &mut String) {
-        let Some(i) = self.open.take() else { return };
-        let item = &mut self.items[i];
-        item["status"] = json!("completed");
-        let item = item.clone();
-        let id = item["id"].clone();
-        match item["type"].as_str() {
-            Some("message") => {
-                let part = item["content"][0].clone();
-                let text = part["text"].clone();
-                out.push_str(&self.event(
-                    "response.output_text.done",
-                    json!({"item_id": id, "output_index": i, "content_index": 0, "text": text}),
-                ));
-                out.push_str(&self.event(
-                    "response.content_part.done",
-                    json!({"item_id": id, "output_index": i, "content_index": 0, "part": part}),
-                ));
-            }
-            Some("function_call") => {
-                let args = item["arguments"].clone();
-                out.push_str(&self.event(
-                    "response.function_call_arguments.done",
-                    json!({"item_id": id, "output_index": i, "arguments": args}),
-                ));
-            }
-            _ => {}
-        }
-        out.push_str(&self.event(
-            "response.output_item.done",
-            json!({"output_index": i, "item": item}),
-        ));
-    }
-
-    /// Opens `item` (closing the open one) unless an item of its type is open and `force` is off.
-    fn open(&mut self, item: Value, force: bool, out: &mut String) -> usize {
-        if let Some(i) = self.open {
-            if self.items[i]["type"] == item["type"] && !force {
-                return i;
-            }
-        }
-        self.close(out);
-        let i = self.items.len();
-        self.items.push(item.clone());
-        self.open = Some(i);
-        out.push_str(&self.event(
-            "response.output_item.added",
-            json!({"output_index": i, "item": item}),
-        ));
-        if self.items[i]["type"] == "message" {
-            let part = json!({"type": "output_text", "text": "", "annotations": []});
-            out.push_str(&self.event("response.content_part.added", json!({"item_id": self.items[i]["id"], "output_index": i, "content_index": 0, "part": part})));
-        }
-        i
-    }
-
-    fn data(&mut self, d: &str) -> String {
-        let mut out = String::new();
-        if d == "[DONE]" {
-            self.close(&mut out);
-            self.finished = true;
-            let r = self.echo.response(
-                &self.id,
-                "completed",
-                &self.model,
-                self.items.clone(),
-                self.usage.clone(),
-                self.finish.as_deref(),
-            );
-            let kind = if r["status"] == "incomplete" {
-                "response.incomplete"
-            } else {
-                "response.completed"
-            };
-            out.push_str(&self.event(kind, json!({"response": r})));
-            self.last = Some(r);
-            return out;
-        }
-        let Ok(j) = serde_json::from_str::<Value>(d) else {
-            return out;
-        };
-        if let Some(e) = j.get("error") {
-            let msg = e.get("message").and_then(|m| m.as_str()).unwrap_or("error");
-            out.push_str(&self.event("error", json!({"code": "server_error", "message": msg})));
-            return out;
-        }
-        if !self.started {
-            self.started = true;
-            self.model = j["model"].as_str().unwrap_or_default().to_owned();
-            let r =
-                self.echo
-                    .response(&self.id, "in_progress", &self.model, Vec::new(), None, None);
-            out.push_str(&self.event("response.created", json!({"response": r})));
-            out.push_str(&self.event("response.in_progress", json!({"response": r})));
-        }
-        if let Some(u) = j
-            .get("usage")
-            .and_then(|u| serde_json::from_value::<hasten_protocol::Usage>(u.clone()).ok())
-        {
-            self.usage = Some(usage_json(
-                u.prompt_tokens,
-                cached(&u),
-                u.completion_tokens,
-                reasoning(&u),
-            ));
-        }
-        let Some(ch) = j.get("choices").and_then(|c| c.get(0)) else {
-            return out;
-        };
-        let delta = &ch["delta"];
-        if let Some(r) = delta
-            .get("reasoning_content")
-            .and_then(|v| v.as_str())
-            .filter(|s| !s.is_empty())
-        {
-            let i = self.open(reasoning_item(self.items.len(), ""), false, &mut out);
-            let prev = self.items[i]["content"][0]["text"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned();
-            self.items[i]["content"][0]["text"] = json!(prev + r);
-            let id = self.items[i]["id"].clone();
-            out.push_str(&self.event(
-                "response.reasoning_text.delta",
-                json!({"item_id": id, "output_index": i, "content_index": 0, "delta": r}),
-            ));
-        }
-        if let Some(t) = delta
-            .get("content")
-            .and_then(|v| v.as_str())
-            .filter(|s| !s.is_empty())
-        {
-            let i = self.open(
-                message_item(self.items.len(), "", "in_progress"),
-                false,
-                &mut out,
-            );
-            let prev = self.items[i]["content"][0]["text"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned();
-            self.items[i]["content"][0]["text"] = json!(prev + t);
-            let id = self.items[i]["id"].clone();
-            out.push_str(&self.event("response.output_text.delta", json!({"item_id": id, "output_index": i, "content_index": 0, "delta": t, "logprobs": []})));
-        }
-        for tc in delta
-            .get("tool_calls")
-            .and_then(|v| v.as_array())
-            .into_iter()
-            .flatten()
-        {
-            let f = &tc["function"];
-            if let (Some(id), Some(name)) = (
-                tc.get("id").and_then(|v| v.as_str()),
-                f.get("name").and_then(|v| v.as_str()),
-            ) {
-                let item = call_item(self.items.len(), id, name, "", "in_progress");
-                self.open(item, true, &mut out);
-            }
-            if let (Some(a), Some(i)) = (
-                f.get("arguments")
-                    .and_then(|v| v.as_str())
-                    .filter(|s| !s.is_empty()),
-                self.open,
-            ) {
-                let prev = self.items[i]["arguments"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned();
-                self.items[i]["arguments"] = json!(prev + a);
-                let id = self.items[i]["id"].clone();
-                out.push_str(&self.event(
-                    "response.function_call_arguments.delta",
-                    json!({"item_id": id, "output_index": i, "delta": a}),
-                ));
-            }
-        }
-        if let Some(f) = ch.get("finish_reason").and_then(|v| v.as_str()) {
-            self.finish = Some(f.to_owned());
-            // A finished answer with no item still has its (empty) message.
-            if self.items.is_empty() {
-                self.open(message_item(0, "", "in_progress"), false, &mut out);
-            }
-        }
-        out
-    }
 }

@@ -1,6 +1,6 @@
 //! Re-encoding the chat path's SSE stream for another API's events (the
 //! Messages and Responses adapters): each `data:` payload goes through a
-//! converter, whose output (whole SSE frames) is sent on.
+//! converter, whose output (whole SSE frames) is sent on; comments pass.
 
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderValue};
@@ -8,7 +8,9 @@ use axum::response::Response;
 use futures_util::StreamExt;
 
 /// `resp`'s SSE body with every `data:` payload replaced by `convert(payload)`
-/// (frames that convert to nothing are dropped; comments are dropped).
+/// (frames that convert to nothing are dropped). Comments pass as they are:
+/// the keep-alives and the `: queued` / `: prefill` notes (SSE readers, the
+/// SDKs' included, skip them).
 pub fn rewrite_sse(
     resp: Response,
     convert: impl FnMut(&str) -> String + Send + 'static,
@@ -22,8 +24,10 @@ pub fn rewrite_sse(
                 let frame: String = buf.drain(..end + 2).collect();
                 let text: String = frame
                     .lines()
-                    .filter_map(|l| l.strip_prefix("data:"))
-                    .map(|d| convert(d.trim_start()))
+                    .filter_map(|l| match l.strip_prefix("data:") {
+                        Some(d) => Some(convert(d.trim_start())),
+                        None => l.starts_with(':').then(|| format!("{l}\n\n")),
+                    })
                     .collect();
                 if text.is_empty() {
                     continue;

@@ -44,6 +44,7 @@ pub fn router(st: AppState) -> Router {
             "/v1/responses/{id}/input_items",
             get(crate::responses::input_items),
         )
+        .route("/v1/responses/{id}/cancel", post(crate::responses::cancel))
         .route("/v1/embeddings", post(crate::embeddings::embeddings))
         .route("/v1/models", get(models))
         .route("/v1/models/{id}", get(model))

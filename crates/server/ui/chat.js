@@ -99,6 +99,28 @@ function messageView(m, index) {
   return li;
 }
 
+/** The request for `msgs` on `api`: a chat completion, or a Responses
+ * request (system prompt as `instructions`, turns as input messages, not
+ * stored: the page keeps its own history). */
+function requestBody(api, msgs) {
+  const model = $("model-name").textContent || undefined;
+  if (api !== "responses") {
+    return { model, messages: msgs, stream: true, stream_options: { include_usage: true }, ...settings() };
+  }
+  const s = settings();
+  return {
+    model,
+    instructions: msgs[0] && msgs[0].role === "system" ? msgs[0].content : undefined,
+    input: msgs.filter((m) => m.role !== "system"),
+    stream: true,
+    store: false,
+    temperature: s.temperature,
+    top_p: s.top_p,
+    max_output_tokens: s.max_tokens,
+    seed: s.seed,
+  };
+}
+
 async function send(text) {
   if (running) return;
   if (!conv) conv = newConversation();
@@ -128,14 +150,9 @@ async function send(text) {
   let usage = null;
   let timing = null;
   try {
+    const api = $("api").value;
     await streamChat(
-      {
-        model: document.getElementById("model-name").textContent || undefined,
-        messages: msgs,
-        stream: true,
-        stream_options: { include_usage: true },
-        ...settings(),
-      },
+      requestBody(api, msgs),
       {
         open: () => tl.opened(),
         comment: (c) => tl.comment(c),
@@ -159,6 +176,7 @@ async function send(text) {
         },
       },
       running.signal,
+      api,
     );
   } catch (e) {
     if (!running.signal.aborted) {
