@@ -4,7 +4,7 @@
 //! - **Scores.** Each query row is quantized to Q8_0 (as llama.cpp does for
 //!   a `q8_0` K cache) and a score is `sum_b dq_b * dk_b * (q_b . k_b)`
 //!   over the row's 32-value blocks, the dot products in integers.
-//! - **Weighted sum of V.** Per 32-position chunk, query row and V block,
+//! - **Weighted sum of V.** Per 64-position chunk ([`V_CHUNK`]), query row and V block,
 //!   the softmax weights times the V block scales, `w_p = P_p * dv_p`, are
 //!   quantized to 16 bits against the chunk's largest `P` times its largest
 //!   `dv` (`u_p = round(65535 * w_p / (max P * max dv))`), the chunk's sum
@@ -27,7 +27,7 @@ pub const BLOCK_BYTES: usize = 34;
 /// Positions per SIMD pass of the scores.
 pub const CHUNK: usize = 16;
 /// Positions per weight-quantization chunk of the V sum.
-pub const V_CHUNK: usize = 32;
+pub const V_CHUNK: usize = 64;
 
 /// Query rows quantized to Q8_0 for the integer scores.
 pub struct QuantQuery {

@@ -36,19 +36,50 @@ const MAX_ROW: usize = 256 / QK * BLOCK_BYTES;
 /// Positions ahead of the pass whose rows are prefetched.
 const PREFETCH_AHEAD: usize = 4 * LANES;
 
-/// The Q8_0 rows of the [`LANES`] positions from `p0` of `view`'s KV head
-/// in `cache` (pointers into bounds-checked slices), `zero` past `n_last`;
+/// One KV head's rows in the pool, worked out once per kernel call
+/// ([`crate::rows::PagedKv::row_index`] divides to count the pool's blocks
+/// on every call).
+#[derive(Clone, Copy)]
+struct HeadRows<'a> {
+    table: &'a [u32],
+    /// The head's first row in the pool (`[kv head][block][slot]`).
+    base: usize,
+    bs: usize,
+    /// Bytes per row.
+    rb: usize,
+}
+
+impl<'a> HeadRows<'a> {
+    fn new(view: &HeadView<'a>) -> Self {
+        let bs = view.kv.block_size;
+        HeadRows {
+            table: view.table,
+            base: view.kvh * view.kv.n_blocks() * bs,
+            bs,
+            rb: view.kv.head_dim / QK * BLOCK_BYTES,
+        }
+    }
+
+    /// The row of position `p` (as `row_index` gives it).
+    #[inline(always)]
+    fn index(&self, p: usize) -> usize {
+        let (b, off) = (p / self.bs, p % self.bs);
+        self.base + self.table[b] as usize * self.bs + off
+    }
+}
+
+/// The Q8_0 rows of the [`LANES`] positions from `p0` of the head `h` in
+/// `cache` (pointers into bounds-checked slices), `zero` past `n_last`;
 /// prefetches the rows [`PREFETCH_AHEAD`] positions on.
 #[inline(always)]
 fn rows_at(
-    view: &HeadView<'_>,
+    h: &HeadRows<'_>,
     cache: &[u8],
     p0: usize,
     n_last: usize,
     zero: &[u8; MAX_ROW],
 ) -> [*const u8; LANES] {
-    let rb = view.kv.head_dim / QK * BLOCK_BYTES;
-    let bs = view.kv.block_size;
+    let (rb, bs) = (h.rb, h.bs);
     // Whether the `n` positions from `p` lie in one cache block: their rows
     // are then one contiguous run (head-major blocks).
     let one_block = |p: usize, n: usize| p % bs + n <= bs;
@@ -64,18 +95,17 @@ fn rows_at(
             }
         };
         if one_block(next, n) {
-            fetch(view.kv.row_index(view.table, next, view.kvh) * rb, n * rb);
+            fetch(h.index(next) * rb, n * rb);
         } else {
-            let idx = view.kv.row_indices::<LANES>(view.table, next, n, view.kvh);
-            for &i in &idx[..n] {
-                fetch(i * rb, rb);
+            for p in next..next + n {
+                fetch(h.index(p) * rb, rb);
             }
         }
     }
     let n = n_last.saturating_sub(p0).min(LANES);
     if n > 0 && one_block(p0, n) {
         // One bounds check for the run, then pointers into it.
-        let first = view.kv.row_index(view.table, p0, view.kvh);
+        let first = h.index(p0);
         let run = cache[first * rb..(first + n) * rb].as_ptr();
         return std::array::from_fn(|j| {
             if j < n {
@@ -85,10 +115,10 @@ fn rows_at(
             }
         });
     }
-    let idx = view.kv.row_indices::<LANES>(view.table, p0, n, view.kvh);
     std::array::from_fn(|j| {
         if j < n {
-            cache[idx[j] * rb..(idx[j] + 1) * rb].as_ptr()
+            let i = h.index(p0 + j);
+            cache[i * rb..(i + 1) * rb].as_ptr()
         } else {
             zero.as_ptr()
         }
@@ -122,12 +152,13 @@ pub(crate) unsafe fn scores_q8(
     let hd = view.kv.head_dim;
     let nb = hd / QK;
     let zero = [0u8; MAX_ROW];
+    let head = HeadRows::new(view);
     let flip = _mm512_set1_epi8(-128);
     let lo_idx = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
     let hi_idx = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
     let mut acc = vec![0.0f32; rows * LANES];
     for p0 in (start..n_last).step_by(LANES) {
-        let ptr = rows_at(view, k, p0, n_last, &zero);
+        let ptr = rows_at(&head, k, p0, n_last, &zero);
         // Each row's sixteen scores build up in `acc` over the blocks (full
         // stores and loads, which forward), then go out once, masked to
         // the lanes inside the scores row.
@@ -260,11 +291,123 @@ pub(super) unsafe fn tile_q8k(
         scores_q8(view, k, &qq, rows, start, n_last, w, scores);
         match view.kv.v {
             KvRows::Quant(KvType::Q8_0, v) if hd.is_multiple_of(64) => {
-                super::avx2_attn::softmax_rows(view, t, g, n_ctx, start, scores, lse);
+                let mut norm = [1.0f32; MAX_ROWS];
+                let norm = &mut norm[..rows.min(MAX_ROWS)];
+                if view.softcap.is_none() && rows <= MAX_ROWS {
+                    softmax_rows(view, t, g, n_ctx, start, scores, lse, norm);
+                } else {
+                    super::avx2_attn::softmax_rows(view, t, g, n_ctx, start, scores, lse);
+                    norm.fill(1.0);
+                }
                 weighted_v_q8(view, v, scores, rows, start, n_last, w, out);
+                if rows <= MAX_ROWS {
+                    for (o, &n) in out.chunks_exact_mut(hd).zip(norm.iter()) {
+                        o.iter_mut().for_each(|x| *x *= n);
+                    }
+                }
             }
             _ => super::avx2_attn::finish_tile(view, t, g, n_ctx, start, scores, out, lse),
         }
+    }
+}
+
+/// Query rows a tile normalizes after its V sum (more fall back to the
+/// normalizing softmax).
+const MAX_ROWS: usize = 64;
+
+/// The softmax of each query row's visible scores, as
+/// [`super::avx2_attn::softmax_rows`] computes it but in 512-bit vectors
+/// and one pass fewer: a row keeps `exp(s - max)` (its largest weight is
+/// 1, which the V sum's weight quantization needs no better), and
+/// `norm[r]` gets the `1 / sum` its V sum is multiplied by afterwards (0
+/// for a row that sees nothing). Positions a row does not see are 0;
+/// `lse` gets each row's log-sum-exp. No soft-capping.
+///
+/// # Safety
+/// AVX-512 F is available; `scores` holds `t * g` rows of the tile's
+/// stride and `norm` `t * g` values.
+#[target_feature(enable = "avx2,fma,f16c,avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn softmax_rows(
+    view: &HeadView<'_>,
+    t: usize,
+    g: usize,
+    n_ctx: usize,
+    start: usize,
+    scores: &mut [f32],
+    mut lse: Option<&mut [f32]>,
+    norm: &mut [f32],
+) {
+    use crate::simd::exp_poly::*;
+    let w = view.visible_end(n_ctx + t - 1).next_multiple_of(8);
+    let exp16 = |x: __m512| {
+        let x = _mm512_max_ps(x, _mm512_set1_ps(-EXP_MAX));
+        let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+            _mm512_mul_ps(x, _mm512_set1_ps(std::f32::consts::LOG2_E)),
+        );
+        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HI), x);
+        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_LO), r);
+        let mut p = _mm512_set1_ps(P0);
+        for c in P {
+            p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+        }
+        let y = _mm512_add_ps(
+            _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r),
+            _mm512_set1_ps(1.0),
+        );
+        _mm512_scalef_ps(y, n)
+    };
+    for r in 0..t * g {
+        let row = &mut scores[r * w..(r + 1) * w];
+        let (lo, len) = (
+            view.first_visible(n_ctx + r / g),
+            view.visible_end(n_ctx + r / g),
+        );
+        let x = &mut row[lo..len];
+        let tail = (x.len() % 16) as u32;
+        let tail_mask = ((1u32 << tail) - 1) as __mmask16;
+        let body = x.len() - tail as usize;
+        let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
+        let mut m = ninf;
+        // SAFETY: every load and store is of 16 floats inside `x` (the
+        // tail's masked to its length).
+        unsafe {
+            for i in (0..body).step_by(16) {
+                m = _mm512_max_ps(m, _mm512_loadu_ps(x.as_ptr().add(i)));
+            }
+            m = _mm512_max_ps(
+                m,
+                _mm512_mask_loadu_ps(ninf, tail_mask, x.as_ptr().add(body)),
+            );
+        }
+        let max = _mm512_reduce_max_ps(m);
+        let mv = _mm512_set1_ps(max);
+        let mut sum = _mm512_setzero_ps();
+        // SAFETY: as above.
+        unsafe {
+            for i in (0..body).step_by(16) {
+                let e = exp16(_mm512_sub_ps(_mm512_loadu_ps(x.as_ptr().add(i)), mv));
+                sum = _mm512_add_ps(sum, e);
+                _mm512_storeu_ps(x.as_mut_ptr().add(i), e);
+            }
+            if tail > 0 {
+                let v = _mm512_mask_loadu_ps(ninf, tail_mask, x.as_ptr().add(body));
+                let e = _mm512_maskz_mov_ps(tail_mask, exp16(_mm512_sub_ps(v, mv)));
+                sum = _mm512_add_ps(sum, e);
+                _mm512_mask_storeu_ps(x.as_mut_ptr().add(body), tail_mask, e);
+            }
+        }
+        let total = _mm512_reduce_add_ps(sum);
+        norm[r] = if total > 0.0 { 1.0 / total } else { 0.0 };
+        if let Some(lse) = lse.as_deref_mut() {
+            lse[r] = if x.is_empty() {
+                f32::NEG_INFINITY
+            } else {
+                max + total.ln()
+            };
+        }
+        row[start..lo].fill(0.0);
+        row[len..].fill(0.0);
     }
 }
 
@@ -298,6 +441,7 @@ pub(crate) unsafe fn weighted_v_q8(
     let hd = view.kv.head_dim;
     let (nb, nz) = (hd / QK, hd / 64);
     let zero = [0u8; MAX_ROW];
+    let head = HeadRows::new(view);
     // Transposed chunk: [group of 4 positions][64-value slice][register][64 bytes].
     let mut vt = [0u8; V_CHUNK / 4 * (256 / 64) * 4 * 64];
     let mut acc_f = vec![0.0f32; rows * hd];
@@ -312,7 +456,7 @@ pub(crate) unsafe fn weighted_v_q8(
         for h in 0..SUB {
             let q0 = p0 + h * LANES;
             mask[h] = ((1u32 << w.saturating_sub(q0).min(LANES)) - 1) as u16;
-            let ptr = rows_at(view, v, q0, n_last, &zero);
+            let ptr = rows_at(&head, v, q0, n_last, &zero);
             // SAFETY: every pointer in `ptr` starts a whole row of `nb`
             // blocks; `vt` holds `V_CHUNK / 4 * nz * 4` registers.
             unsafe {
