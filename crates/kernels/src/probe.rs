@@ -237,10 +237,12 @@ pub fn stream_rate(
 /// The FLOP rate of causal prefill attention ([`attend_tile`], as the model
 /// runs it: tiles of up to 8 consecutive tokens per KV head, split across
 /// the pool by (KV head, token)) for one layer of `n_kv_heads` KV heads
-/// shared by `group` query heads each, over a `prompt`-token f16 cache:
+/// shared by `group` query heads each, over a `prompt`-token cache stored
+/// as `kv_type` (each type has its own tile kernel):
 /// `4 × heads × head_dim × Σ positions` FLOPs (QKᵀ and AV) per pass, the
 /// median of passes for about `budget`.
 pub fn attention_rate(
+    kv_type: KvType,
     head_dim: usize,
     group: usize,
     n_kv_heads: usize,
@@ -248,22 +250,10 @@ pub fn attention_rate(
     threads: Threads,
     budget: Duration,
 ) -> f64 {
-    const BLOCK: usize = 16;
     const TILE: usize = 8;
     let (hd, t) = (head_dim.max(1), prompt.max(1));
-    let blocks = t.div_ceil(BLOCK);
-    let kvd = n_kv_heads * hd;
-    let cache: Vec<f16> = (0..blocks * BLOCK * kvd)
-        .map(|i| f16::from_f32(((i % 61) as f32 - 30.0) / 32.0))
-        .collect();
-    let table: Vec<u32> = (0..blocks as u32).collect();
-    let kv = PagedKv {
-        k: KvRows::F16(&cache),
-        v: KvRows::F16(&cache),
-        block_size: BLOCK,
-        n_kv_heads,
-        head_dim: hd,
-    };
+    let cache = ProbeCache::new(kv_type, hd, n_kv_heads, t);
+    let (kv, table) = (cache.kv(n_kv_heads), cache.table());
     let gq = group * hd;
     let q: Vec<f32> = (0..t * gq)
         .map(|i| ((i % 37) as f32 - 18.0) / 16.0)
@@ -333,6 +323,66 @@ pub fn region_seconds(threads: Threads, budget: Duration) -> f64 {
     mid / N as f64
 }
 
+/// The cache the attention probes read: `positions` rows per KV head in
+/// blocks of 16 (block table in order), K and V the same rows, stored as
+/// `kv_type` (f16 where the head does not fit its blocks).
+struct ProbeCache {
+    half: Vec<f16>,
+    quant: Vec<u8>,
+    kv_type: KvType,
+    hd: usize,
+    blocks: usize,
+}
+
+impl ProbeCache {
+    const BLOCK: usize = 16;
+
+    fn new(kv_type: KvType, hd: usize, n_kv_heads: usize, positions: usize) -> Self {
+        let blocks = positions.div_ceil(Self::BLOCK);
+        let values: Vec<f32> = (0..blocks * Self::BLOCK * n_kv_heads * hd)
+            .map(|i| ((i % 61) as f32 - 30.0) / 32.0)
+            .collect();
+        let kv_type = if kv_type.fits(hd) {
+            kv_type
+        } else {
+            KvType::F16
+        };
+        let (mut half, mut quant) = (Vec::new(), Vec::new());
+        match kv_type {
+            KvType::F16 => half = values.iter().map(|&x| f16::from_f32(x)).collect(),
+            ty => {
+                quant = vec![0u8; values.len() / hd * ty.row_bytes(hd)];
+                quantize_row(ty.ggml(), &values, &mut quant).expect("whole blocks");
+            }
+        }
+        ProbeCache {
+            half,
+            quant,
+            kv_type,
+            hd,
+            blocks,
+        }
+    }
+
+    fn kv(&self, n_kv_heads: usize) -> PagedKv<'_> {
+        let rows = match self.kv_type {
+            KvType::F16 => KvRows::F16(&self.half),
+            ty => KvRows::Quant(ty, &self.quant),
+        };
+        PagedKv {
+            k: rows,
+            v: rows,
+            block_size: Self::BLOCK,
+            n_kv_heads,
+            head_dim: self.hd,
+        }
+    }
+
+    fn table(&self) -> Vec<u32> {
+        (0..self.blocks as u32).collect()
+    }
+}
+
 /// FLOP/s of one decode step's attention for one layer: one query token
 /// (`group` query heads per KV head) over `ctx` cached positions of
 /// `n_kv_heads` KV heads stored as `kv_type`, spread over the threads as the model does
@@ -349,34 +399,9 @@ pub fn decode_attention_rate(
     budget: Duration,
 ) -> f64 {
     use crate::attention_split::{attend_items_split, pieces_for, Item};
-    const BLOCK: usize = 16;
     let (hd, n) = (head_dim.max(1), ctx.max(1));
-    let blocks = n.div_ceil(BLOCK);
-    let values: Vec<f32> = (0..blocks * BLOCK * n_kv_heads * hd)
-        .map(|i| ((i % 61) as f32 - 30.0) / 32.0)
-        .collect();
-    let half: Vec<f16> = values.iter().map(|&x| f16::from_f32(x)).collect();
-    let kv_type = if kv_type.fits(hd) {
-        kv_type
-    } else {
-        KvType::F16
-    };
-    let mut quant = vec![0u8; values.len() / hd * kv_type.row_bytes(hd)];
-    let rows = match kv_type {
-        KvType::F16 => KvRows::F16(&half),
-        ty => {
-            quantize_row(ty.ggml(), &values, &mut quant).expect("whole blocks");
-            KvRows::Quant(ty, &quant)
-        }
-    };
-    let table: Vec<u32> = (0..blocks as u32).collect();
-    let kv = PagedKv {
-        k: rows,
-        v: rows,
-        block_size: BLOCK,
-        n_kv_heads,
-        head_dim: hd,
-    };
+    let cache = ProbeCache::new(kv_type, hd, n_kv_heads, n);
+    let (kv, table) = (cache.kv(n_kv_heads), cache.table());
     let gq = group * hd;
     let q: Vec<f32> = (0..n_kv_heads * gq)
         .map(|i| ((i % 37) as f32 - 18.0) / 16.0)
@@ -438,7 +463,7 @@ mod tests {
         assert!((ratio - want).abs() < 1e-9, "{ratio} vs {want}");
         let s = stream_rate(GgmlType::Q8_0, &shapes, t, 1 << 16, 2).unwrap();
         assert!(s.is_finite() && s > 1e6, "{s}");
-        let a = attention_rate(64, 3, 2, 40, t, Duration::from_millis(5));
+        let a = attention_rate(KvType::F16, 64, 3, 2, 40, t, Duration::from_millis(5));
         assert!(a.is_finite() && a > 1e6, "{a}");
         // A row that is not a whole number of blocks is an error, not a panic.
         assert!(matmul_rate(GgmlType::Q4_0, &[(8, 30)], 1, t, Duration::ZERO).is_err());

@@ -7,7 +7,7 @@
 //! - prefill rate: one layer's matmuls times a prefill chunk of rows (in
 //!   cache), the FLOP rate prefill can reach;
 //! - attention rate: one layer's causal prefill attention over the prompt
-//!   (f16 cache, the model's head shapes);
+//!   (a cache of the `--kv` type, the model's head shapes);
 //! - decode attention rate: one token's attention over the prompt's
 //!   positions, split over the threads as the model splits it;
 //! - the last-level cache (its size from sysfs) and, when a decode step's
@@ -88,6 +88,7 @@ pub fn probe(
         .with_context(|| format!("probing {} matmuls", ty.name()))?;
     let attention_prompt = prompt.clamp(16, 8192);
     let attention = attention_rate(
+        KvType::parse(kv).unwrap_or_default(),
         m.head_dim.min(1024) as usize,
         (m.heads / m.kv_heads.max(1)).min(64) as usize,
         m.kv_heads.min(64) as usize,

@@ -133,12 +133,21 @@ pub fn main(a: Args) -> Result<()> {
         // What a decode step reads: the weights and the prompt's KV.
         let working_set = src.model.params() as f64 * weights.bits / 8.0
             + src.model.kv_bytes_per_token(kv.bits) * (a.prompt + a.output / 2) as f64;
+        // Attention is probed at the deepest prompt asked about: its rate
+        // grows with the context (the cost per call and per row is spread
+        // over more positions), and at shallow points it is a small part.
+        let deepest = match &sweep {
+            Some(s) if matches!(s.axis, table::Axis::Prompt) => {
+                s.values.iter().copied().max().unwrap_or(a.prompt)
+            }
+            _ => a.prompt,
+        };
         let m = measure::probe(
             &src.model,
             ty,
             &kv.name,
             threads,
-            a.prompt as usize,
+            deepest as usize,
             a.probe_mib,
             working_set as u64,
         )?;
