@@ -263,13 +263,11 @@ pub fn attention_rate(
         let t0 = Instant::now();
         par_chunks(out, gq, threads, |first, piece| {
             let items = piece.len() / gq;
-            let mut sc = Vec::new();
             let mut i = 0;
             while i < items {
                 let (kvh, j) = ((first + i) / t, (first + i) % t);
                 let n = TILE.min(items - i).min(t - j);
                 let need = tile_scores_len(n, group, j + 1);
-                sc.resize(need.max(sc.len()), 0.0);
                 let view = HeadView {
                     kv,
                     table: &table,
@@ -281,14 +279,8 @@ pub fn attention_rate(
                     until: usize::MAX,
                 };
                 let qt = &q[j * gq..(j + n) * gq];
-                attend_tile(
-                    &view,
-                    qt,
-                    n,
-                    j + 1,
-                    &mut sc[..need],
-                    &mut piece[i * gq..(i + n) * gq],
-                );
+                let o = &mut piece[i * gq..(i + n) * gq];
+                with_scores(need, |sc| attend_tile(&view, qt, n, j + 1, sc, o));
                 i += n;
             }
         });
@@ -321,6 +313,25 @@ pub fn region_seconds(threads: Threads, budget: Duration) -> f64 {
     .unwrap_or_else(|e| match e {});
     std::hint::black_box(&v);
     mid / N as f64
+}
+
+thread_local! {
+    /// Each pool thread's scores buffer, kept across passes as the model
+    /// keeps its own (a buffer allocated per pass costs page faults under
+    /// jemalloc, which hands freed pages back: a third of a 16k decode
+    /// probe's time).
+    static SCORES: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on this thread's scores buffer of at least `len` values.
+fn with_scores<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+    SCORES.with(|sc| {
+        let mut sc = sc.borrow_mut();
+        if sc.len() < len {
+            sc.resize(len, 0.0);
+        }
+        f(&mut sc[..len])
+    })
 }
 
 /// The cache the attention probes read: `positions` rows per KV head in
@@ -429,11 +440,12 @@ pub fn decode_attention_rate(
             attend_items_split(n_kv_heads, pieces, group, hd, item, threads, &mut out);
         } else {
             par_chunks(&mut out, gq, threads, |first, piece| {
-                let mut sc = vec![0.0; tile_scores_len(1, group, n)];
-                for (i, o) in piece.chunks_exact_mut(gq).enumerate() {
-                    let it = item(first + i);
-                    attend_tile(&it.view, it.q, 1, n, &mut sc, o);
-                }
+                with_scores(tile_scores_len(1, group, n), |sc| {
+                    for (i, o) in piece.chunks_exact_mut(gq).enumerate() {
+                        let it = item(first + i);
+                        attend_tile(&it.view, it.q, 1, n, sc, o);
+                    }
+                })
             });
         }
         Ok::<_, std::convert::Infallible>(t0.elapsed().as_secs_f64().max(1e-9))
