@@ -280,7 +280,7 @@ pub(crate) fn instance_of(h: &reqwest::header::HeaderMap) -> Option<String> {
 /// Whether a data event carries output; an error event is an error.
 fn is_output(data: &str) -> Result<bool, Error> {
     let ws = match crate::events::Decoder::default().decode(data)? {
-        crate::events::Event::Done => return Ok(true),
+        crate::events::Event::Done | crate::events::Event::Last(_) => return Ok(true),
         crate::events::Event::Chunks(ws) => ws,
     };
     if let Some(e) = ws.iter().find_map(|w| w.error.as_ref()) {

@@ -16,6 +16,9 @@ pub(crate) enum Event {
     /// One chunk; two for a Responses final event (its finish, then its
     /// usage, as a chat stream sends them).
     Chunks(Vec<Wire>),
+    /// A Responses final event's chunks, after which the stream has ended
+    /// (it has no `[DONE]`), with or without usage.
+    Last(Vec<Wire>),
 }
 
 /// A stream's decoder; it remembers the Responses function calls opened
@@ -32,16 +35,22 @@ impl Decoder {
         }
         let v: Value = serde_json::from_str(data)
             .map_err(|e| Error::Protocol(format!("a stream event is not JSON: {e}")))?;
-        let chunks = match v.get("type").and_then(Value::as_str) {
-            Some(t) if t == "error" || t.starts_with("response.") => self.responses(t, &v),
+        let kind = v.get("type").and_then(Value::as_str).unwrap_or_default();
+        let last = matches!(kind, "response.completed" | "response.incomplete");
+        let chunks = match kind {
+            t if t == "error" || t.starts_with("response.") => self.responses(t, &v),
             _ => vec![v],
         };
-        chunks
+        let chunks = chunks
             .into_iter()
             .map(serde_json::from_value)
             .collect::<Result<Vec<Wire>, _>>()
-            .map(Event::Chunks)
-            .map_err(|e| Error::Protocol(format!("a stream event is not a chunk: {e}")))
+            .map_err(|e| Error::Protocol(format!("a stream event is not a chunk: {e}")))?;
+        Ok(if last {
+            Event::Last(chunks)
+        } else {
+            Event::Chunks(chunks)
+        })
     }
 
     /// The chat chunks a Responses event amounts to (`{}` for events that
@@ -172,7 +181,7 @@ mod tests {
 
     fn chunks(d: &mut Decoder, v: Value) -> Vec<Wire> {
         match d.decode(&v.to_string()).unwrap() {
-            Event::Chunks(w) => w,
+            Event::Chunks(w) | Event::Last(w) => w,
             Event::Done => panic!("done"),
         }
     }
@@ -259,6 +268,9 @@ mod tests {
             "boom"
         );
         assert!(matches!(d.decode(" [DONE]").unwrap(), Event::Done));
+        // A final event ends the stream, usage or not.
+        let done = json!({"type": "response.completed", "response": {"status": "completed"}});
+        assert!(matches!(d.decode(&done.to_string()).unwrap(), Event::Last(w) if w.len() == 1));
         assert!(d.decode("{").is_err());
     }
 

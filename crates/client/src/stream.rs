@@ -378,6 +378,13 @@ impl Streaming {
                 Ok(())
             }
             Event::Chunks(ws) => ws.into_iter().try_for_each(|w| self.on_chunk(w, at)),
+            Event::Last(ws) => {
+                ws.into_iter().try_for_each(|w| self.on_chunk(w, at))?;
+                if self.state != State::Done {
+                    self.finish(at);
+                }
+                Ok(())
+            }
         }
     }
 
