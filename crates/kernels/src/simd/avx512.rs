@@ -133,7 +133,7 @@ unsafe fn gelu_mul16(g: &mut [f32; 16], u: &[f32; 16]) {
 /// degree-5 polynomial) on sixteen lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn exp16(x: __m512) -> __m512 {
+pub(super) fn exp16(x: __m512) -> __m512 {
     use super::exp_poly::*;
     let x = _mm512_min_ps(
         _mm512_max_ps(x, _mm512_set1_ps(-EXP_MAX)),

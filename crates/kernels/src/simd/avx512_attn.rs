@@ -324,9 +324,9 @@ const MAX_ROWS: usize = 64;
 /// `lse` gets each row's log-sum-exp. No soft-capping.
 ///
 /// # Safety
-/// AVX-512 F is available; `scores` holds `t * g` rows of the tile's
+/// AVX-512 F/BW/VL/VNNI are available; `scores` holds `t * g` rows of the tile's
 /// stride and `norm` `t * g` values.
-#[target_feature(enable = "avx2,fma,f16c,avx512f")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn softmax_rows(
     view: &HeadView<'_>,
@@ -338,25 +338,8 @@ unsafe fn softmax_rows(
     mut lse: Option<&mut [f32]>,
     norm: &mut [f32],
 ) {
-    use crate::simd::exp_poly::*;
+    use super::avx512::exp16;
     let w = view.visible_end(n_ctx + t - 1).next_multiple_of(8);
-    let exp16 = |x: __m512| {
-        let x = _mm512_max_ps(x, _mm512_set1_ps(-EXP_MAX));
-        let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
-            _mm512_mul_ps(x, _mm512_set1_ps(std::f32::consts::LOG2_E)),
-        );
-        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HI), x);
-        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_LO), r);
-        let mut p = _mm512_set1_ps(P0);
-        for c in P {
-            p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
-        }
-        let y = _mm512_add_ps(
-            _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r),
-            _mm512_set1_ps(1.0),
-        );
-        _mm512_scalef_ps(y, n)
-    };
     for r in 0..t * g {
         let row = &mut scores[r * w..(r + 1) * w];
         let (lo, len) = (
