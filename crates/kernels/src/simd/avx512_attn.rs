@@ -130,12 +130,15 @@ fn rows_at(
 /// (`start` a multiple of 8), stored at `scores[r * w + p]` with `w` the
 /// row stride (`n_last` rounded up to 8). Rows are scored at every
 /// position of the range; what a row does not see is overwritten by the
-/// softmax that follows.
+/// softmax that follows. `row_max[r]` gets the largest of row `r`'s scores
+/// at `start..n_last` (what the softmax needs when the row sees exactly
+/// those positions, as a decode row without a window does).
 ///
 /// # Safety
 /// AVX-512 F/BW/VL/VNNI are available; `hd` is a multiple of 32 and at
 /// most 256;
-/// `qq` holds `rows` rows of `hd`, `scores` `rows * w` values and
+/// `qq` holds `rows` rows of `hd`, `scores` `rows * w` values, `row_max`
+/// `rows`, and
 /// `n_last` is at most the rows the view's block table covers.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[allow(clippy::too_many_arguments)]
@@ -148,6 +151,7 @@ pub(crate) unsafe fn scores_q8(
     n_last: usize,
     w: usize,
     scores: &mut [f32],
+    row_max: &mut [f32],
 ) {
     let hd = view.kv.head_dim;
     let nb = hd / QK;
@@ -157,8 +161,53 @@ pub(crate) unsafe fn scores_q8(
     let lo_idx = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
     let hi_idx = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
     let mut acc = vec![0.0f32; rows * LANES];
+    let mut max = vec![_mm512_set1_ps(f32::NEG_INFINITY); rows];
+    let (q, qd, qoff) = (
+        &qq.q[..rows * hd],
+        &qq.d[..rows * nb],
+        &qq.offset[..rows * nb],
+    );
     for p0 in (start..n_last).step_by(LANES) {
         let ptr = rows_at(&head, k, p0, n_last, &zero);
+        let store: __mmask16 = ((1u32 << (w - p0).min(LANES)) - 1) as u16;
+        let real: __mmask16 = ((1u32 << (n_last - p0).min(LANES)) - 1) as u16;
+        // One query row's dot product with the transposed block `kt`,
+        // less the unsigned K's offset, as floats.
+        let dot = |kt: &[__m512i; 8], r: usize, b: usize| {
+            let qb = &q[r * hd + b * QK..][..QK];
+            let mut d2 = [_mm512_setzero_si512(); 2];
+            for (d, kd) in kt.iter().enumerate() {
+                let qv = i32::from_le_bytes(std::array::from_fn(|i| qb[4 * d + i] as u8));
+                d2[d % 2] = _mm512_dpbusd_epi32(d2[d % 2], *kd, _mm512_set1_epi32(qv));
+            }
+            let d = _mm512_add_epi32(d2[0], d2[1]);
+            _mm512_cvtepi32_ps(_mm512_sub_epi32(d, _mm512_set1_epi32(qoff[r * nb + b])))
+        };
+        if nb == 2 {
+            // A 64-value head: both blocks transposed up front, each row's
+            // scores finished in registers.
+            // SAFETY: every pointer in `ptr` starts a whole row of two
+            // blocks (a bounds-checked slice of `k`, or `zero`).
+            let ((k0, d0), (k1, d1)) = unsafe {
+                (
+                    transpose_block(&ptr, 0, flip, lo_idx, hi_idx),
+                    transpose_block(&ptr, BLOCK_BYTES, flip, lo_idx, hi_idx),
+                )
+            };
+            for (r, m) in max.iter_mut().enumerate() {
+                let s0 =
+                    _mm512_mul_ps(dot(&k0, r, 0), _mm512_mul_ps(d0, _mm512_set1_ps(qd[r * 2])));
+                let f = _mm512_fmadd_ps(
+                    dot(&k1, r, 1),
+                    _mm512_mul_ps(d1, _mm512_set1_ps(qd[r * 2 + 1])),
+                    s0,
+                );
+                *m = _mm512_mask_max_ps(*m, real, *m, f);
+                // SAFETY: `store` keeps the store inside row `r` (`w - p0` lanes).
+                unsafe { _mm512_mask_storeu_ps(scores[r * w + p0..].as_mut_ptr(), store, f) };
+            }
+            continue;
+        }
         // Each row's sixteen scores build up in `acc` over the blocks (full
         // stores and loads, which forward), then go out once, masked to
         // the lanes inside the scores row.
@@ -167,20 +216,9 @@ pub(crate) unsafe fn scores_q8(
             // blocks (a bounds-checked slice of `k`, or `zero`).
             let (kt, dk) = unsafe { transpose_block(&ptr, b * BLOCK_BYTES, flip, lo_idx, hi_idx) };
             for (r, a) in acc.chunks_exact_mut(LANES).enumerate() {
-                let qd = qq.q[r * hd + b * QK..].as_ptr() as *const i32;
-                let mut dot = [_mm512_setzero_si512(); 2];
-                for (d, kd) in kt.iter().enumerate() {
-                    // SAFETY: `qd` points at the block's 32 query bytes.
-                    let qv = _mm512_set1_epi32(unsafe { qd.add(d).read_unaligned() });
-                    dot[d % 2] = _mm512_dpbusd_epi32(dot[d % 2], *kd, qv);
-                }
-                let dot = _mm512_sub_epi32(
-                    _mm512_add_epi32(dot[0], dot[1]),
-                    _mm512_set1_epi32(qq.offset[r * nb + b]),
-                );
                 let f = _mm512_mul_ps(
-                    _mm512_cvtepi32_ps(dot),
-                    _mm512_mul_ps(dk, _mm512_set1_ps(qq.d[r * nb + b])),
+                    dot(&kt, r, b),
+                    _mm512_mul_ps(dk, _mm512_set1_ps(qd[r * nb + b])),
                 );
                 // SAFETY: `a` holds 16 floats.
                 unsafe {
@@ -193,17 +231,18 @@ pub(crate) unsafe fn scores_q8(
                 }
             }
         }
-        let mask: __mmask16 = ((1u32 << (w - p0).min(LANES)) - 1) as u16;
-        for (r, a) in acc.chunks_exact(LANES).enumerate() {
-            // SAFETY: `mask` keeps the store inside row `r` (`w - p0` lanes).
+        for ((r, a), m) in acc.chunks_exact(LANES).enumerate().zip(max.iter_mut()) {
+            // SAFETY: `a` holds 16 floats; `store` keeps the store inside
+            // row `r` (`w - p0` lanes).
             unsafe {
-                _mm512_mask_storeu_ps(
-                    scores[r * w + p0..].as_mut_ptr(),
-                    mask,
-                    _mm512_loadu_ps(a.as_ptr()),
-                )
+                let f = _mm512_loadu_ps(a.as_ptr());
+                *m = _mm512_mask_max_ps(*m, real, *m, f);
+                _mm512_mask_storeu_ps(scores[r * w + p0..].as_mut_ptr(), store, f)
             };
         }
+    }
+    for (o, m) in row_max[..rows].iter_mut().zip(&max) {
+        *o = _mm512_reduce_max_ps(*m);
     }
 }
 
@@ -288,13 +327,14 @@ pub(super) unsafe fn tile_q8k(
     let qq = quantize_query(q, rows, hd, view.scale);
     // SAFETY: the caller's contract.
     unsafe {
-        scores_q8(view, k, &qq, rows, start, n_last, w, scores);
+        let mut row_max = vec![0.0f32; rows];
+        scores_q8(view, k, &qq, rows, start, n_last, w, scores, &mut row_max);
         match view.kv.v {
             KvRows::Quant(KvType::Q8_0, v) if hd.is_multiple_of(64) => {
                 let mut norm = [1.0f32; MAX_ROWS];
                 let norm = &mut norm[..rows.min(MAX_ROWS)];
                 if view.softcap.is_none() && rows <= MAX_ROWS {
-                    softmax_rows(view, t, g, n_ctx, start, scores, lse, norm);
+                    softmax_rows(view, t, g, n_ctx, start, &row_max, scores, lse, norm);
                 } else {
                     super::avx2_attn::softmax_rows(view, t, g, n_ctx, start, scores, lse);
                     norm.fill(1.0);
@@ -321,11 +361,13 @@ const MAX_ROWS: usize = 64;
 /// 1, which the V sum's weight quantization needs no better), and
 /// `norm[r]` gets the `1 / sum` its V sum is multiplied by afterwards (0
 /// for a row that sees nothing). Positions a row does not see are 0;
-/// `lse` gets each row's log-sum-exp. No soft-capping.
+/// `lse` gets each row's log-sum-exp. No soft-capping. A row that sees
+/// exactly the scored positions `start..` takes its largest score from
+/// `row_max` ([`scores_q8`]'s) rather than a pass of its own.
 ///
 /// # Safety
 /// AVX-512 F/BW/VL/VNNI are available; `scores` holds `t * g` rows of the tile's
-/// stride and `norm` `t * g` values.
+/// stride, `row_max` and `norm` `t * g` values.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn softmax_rows(
@@ -334,12 +376,14 @@ unsafe fn softmax_rows(
     g: usize,
     n_ctx: usize,
     start: usize,
+    row_max: &[f32],
     scores: &mut [f32],
     mut lse: Option<&mut [f32]>,
     norm: &mut [f32],
 ) {
     use super::avx512::exp16;
-    let w = view.visible_end(n_ctx + t - 1).next_multiple_of(8);
+    let n_last = view.visible_end(n_ctx + t - 1);
+    let w = n_last.next_multiple_of(8);
     for r in 0..t * g {
         let row = &mut scores[r * w..(r + 1) * w];
         let (lo, len) = (
@@ -351,19 +395,23 @@ unsafe fn softmax_rows(
         let tail_mask = ((1u32 << tail) - 1) as __mmask16;
         let body = x.len() - tail as usize;
         let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
-        let mut m = ninf;
-        // SAFETY: every load and store is of 16 floats inside `x` (the
-        // tail's masked to its length).
-        unsafe {
-            for i in (0..body).step_by(16) {
-                m = _mm512_max_ps(m, _mm512_loadu_ps(x.as_ptr().add(i)));
+        let max = if (lo, len) == (start, n_last) {
+            row_max[r]
+        } else {
+            let mut m = ninf;
+            // SAFETY: every load is of 16 floats inside `x` (the tail's
+            // masked to its length).
+            unsafe {
+                for i in (0..body).step_by(16) {
+                    m = _mm512_max_ps(m, _mm512_loadu_ps(x.as_ptr().add(i)));
+                }
+                m = _mm512_max_ps(
+                    m,
+                    _mm512_mask_loadu_ps(ninf, tail_mask, x.as_ptr().add(body)),
+                );
             }
-            m = _mm512_max_ps(
-                m,
-                _mm512_mask_loadu_ps(ninf, tail_mask, x.as_ptr().add(body)),
-            );
-        }
-        let max = _mm512_reduce_max_ps(m);
+            _mm512_reduce_max_ps(m)
+        };
         let mv = _mm512_set1_ps(max);
         let mut sum = _mm512_setzero_ps();
         // SAFETY: as above.
@@ -641,9 +689,18 @@ mod tests {
             let w = n_last.next_multiple_of(8);
             let (mut want, mut got) = (vec![f32::NAN; rows * w], vec![f32::NAN; rows * w]);
             scores_reference(&view, &c.bytes, &qq, rows, start, n_last, w, &mut want);
+            let mut max = vec![f32::NAN; rows];
             // SAFETY: AVX-512 VNNI detected; shapes as the kernel requires.
-            unsafe { super::scores_q8(&view, &c.bytes, &qq, rows, start, n_last, w, &mut got) };
+            unsafe {
+                super::scores_q8(
+                    &view, &c.bytes, &qq, rows, start, n_last, w, &mut got, &mut max,
+                )
+            };
             for r in 0..rows {
+                let want_max = want[r * w + start..r * w + n_last]
+                    .iter()
+                    .fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+                assert!((max[r] - want_max).abs() <= 1e-5 * (1.0 + want_max.abs()));
                 for p in start..n_last {
                     let (a, b) = (got[r * w + p], want[r * w + p]);
                     assert!(
