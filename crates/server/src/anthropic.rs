@@ -382,42 +382,40 @@ impl StreamConv {
 
     /// One `data:` payload of the chat stream; returns the events it makes.
     fn data(&mut self, d: &str) -> String {
+        use crate::rewrite::{chat_data, ChatData, DeltaPart};
         let mut out = String::new();
-        if d == "[DONE]" {
-            self.close(&mut out);
-            out.push_str(&event("message_delta", json!({
-                "type": "message_delta",
-                "delta": {"stop_reason": self.stop.unwrap_or("end_turn"), "stop_sequence": self.stop_sequence},
-                "usage": {"output_tokens": self.output_tokens},
-            })));
-            out.push_str(&event("message_stop", json!({"type": "message_stop"})));
-            return out;
-        }
-        let Ok(j) = serde_json::from_str::<Value>(d) else {
-            return out;
+        let c = match chat_data(d) {
+            None => return out,
+            Some(ChatData::Done) => {
+                self.close(&mut out);
+                out.push_str(&event("message_delta", json!({
+                    "type": "message_delta",
+                    "delta": {"stop_reason": self.stop.unwrap_or("end_turn"), "stop_sequence": self.stop_sequence},
+                    "usage": {"output_tokens": self.output_tokens},
+                })));
+                out.push_str(&event("message_stop", json!({"type": "message_stop"})));
+                return out;
+            }
+            Some(ChatData::Error(msg)) => {
+                out.push_str(&event(
+                    "error",
+                    json!({"type": "error", "error": {"type": "api_error", "message": msg}}),
+                ));
+                return out;
+            }
+            Some(ChatData::Chunk(c)) => c,
         };
-        if let Some(e) = j.get("error") {
-            let msg = e.get("message").and_then(|m| m.as_str()).unwrap_or("error");
-            out.push_str(&event(
-                "error",
-                json!({"type": "error", "error": {"type": "api_error", "message": msg}}),
-            ));
-            return out;
-        }
-        let u = j
-            .get("usage")
-            .and_then(|u| serde_json::from_value::<hasten_protocol::Usage>(u.clone()).ok());
-        if let Some(u) = &u {
+        if let Some(u) = &c.usage {
             self.output_tokens = u.completion_tokens;
         }
         if !self.started {
             self.started = true;
-            let usage = u.as_ref().map(usage).unwrap_or_default();
+            let usage = c.usage.as_ref().map(usage).unwrap_or_default();
             out.push_str(&event(
                 "message_start",
                 json!({"type": "message_start", "message": {
                     "id": self.id, "type": "message", "role": "assistant",
-                    "model": j.get("model").cloned().unwrap_or(Value::Null),
+                    "model": c.json.get("model").cloned().unwrap_or(Value::Null),
                     "content": [], "stop_reason": null, "stop_sequence": null,
                     "usage": {"input_tokens": usage.input_tokens, "output_tokens": 0,
                               "cache_read_input_tokens": usage.cache_read_input_tokens,
@@ -426,69 +424,43 @@ impl StreamConv {
             ));
             out.push_str(&event("ping", json!({"type": "ping"})));
         }
-        let Some(ch) = j.get("choices").and_then(|c| c.get(0)) else {
+        let Some(ch) = c.choice else {
             return out;
         };
-        let delta = &ch["delta"];
-        if let Some(r) = delta
-            .get("reasoning_content")
-            .and_then(|v| v.as_str())
-            .filter(|s| !s.is_empty())
-        {
-            let i = self.block(
-                "thinking",
-                json!({"type": "thinking", "thinking": ""}),
-                false,
-                &mut out,
-            );
-            out.push_str(&event("content_block_delta", json!({"type": "content_block_delta", "index": i, "delta": {"type": "thinking_delta", "thinking": r}})));
+        for part in ch.parts {
+            let (i, delta) = match part {
+                DeltaPart::Reasoning(r) => {
+                    let start = json!({"type": "thinking", "thinking": ""});
+                    let i = self.block("thinking", start, false, &mut out);
+                    (i, json!({"type": "thinking_delta", "thinking": r}))
+                }
+                DeltaPart::Text(t) => {
+                    let start = json!({"type": "text", "text": ""});
+                    let i = self.block("text", start, false, &mut out);
+                    (i, json!({"type": "text_delta", "text": t}))
+                }
+                DeltaPart::ToolCall { id, name } => {
+                    let start = json!({"type": "tool_use", "id": id, "name": name, "input": {}});
+                    self.block("tool_use", start, true, &mut out);
+                    continue;
+                }
+                DeltaPart::ToolArguments(a) => {
+                    let start = json!({"type": "tool_use", "id": "", "name": "", "input": {}});
+                    let i = self.block("tool_use", start, false, &mut out);
+                    (i, json!({"type": "input_json_delta", "partial_json": a}))
+                }
+            };
+            out.push_str(&event(
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": i, "delta": delta}),
+            ));
         }
-        if let Some(t) = delta
-            .get("content")
-            .and_then(|v| v.as_str())
-            .filter(|s| !s.is_empty())
-        {
-            let i = self.block("text", json!({"type": "text", "text": ""}), false, &mut out);
-            out.push_str(&event("content_block_delta", json!({"type": "content_block_delta", "index": i, "delta": {"type": "text_delta", "text": t}})));
-        }
-        for tc in delta
-            .get("tool_calls")
-            .and_then(|v| v.as_array())
-            .into_iter()
-            .flatten()
-        {
-            let f = &tc["function"];
-            if let (Some(id), Some(name)) = (
-                tc.get("id").and_then(|v| v.as_str()),
-                f.get("name").and_then(|v| v.as_str()),
-            ) {
-                self.block(
-                    "tool_use",
-                    json!({"type": "tool_use", "id": id, "name": name, "input": {}}),
-                    true,
-                    &mut out,
-                );
-            }
-            if let Some(a) = f
-                .get("arguments")
-                .and_then(|v| v.as_str())
-                .filter(|s| !s.is_empty())
-            {
-                let i = self.block(
-                    "tool_use",
-                    json!({"type": "tool_use", "id": "", "name": "", "input": {}}),
-                    false,
-                    &mut out,
-                );
-                out.push_str(&event("content_block_delta", json!({"type": "content_block_delta", "index": i, "delta": {"type": "input_json_delta", "partial_json": a}})));
-            }
-        }
-        if let Some(f) = ch.get("finish_reason").and_then(|v| v.as_str()) {
+        if let Some(f) = ch.finish_reason.as_deref() {
             self.stop = stop_reason(Some(f));
         }
-        if let Some(s) = ch.get("stop_reason").and_then(|v| v.as_str()) {
+        if let Some(s) = ch.stop_reason {
             self.stop = Some("stop_sequence");
-            self.stop_sequence = Some(s.to_owned());
+            self.stop_sequence = Some(s);
         }
         out
     }

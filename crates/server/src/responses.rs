@@ -26,7 +26,10 @@ mod stream;
 use stream::{stream_response, Conv, Echo};
 
 /// Conversations kept for `previous_response_id`: the newest
-/// [`ResponseStore::CAP`], each for [`ResponseStore::TTL`].
+/// [`ResponseStore::CAP`], each for [`ResponseStore::TTL`] after it ended.
+/// A background response still queued or running is never evicted (its
+/// answer would be lost); the engine's queue limit bounds how many there
+/// are, so the store exceeds its cap by those at most.
 #[derive(Default)]
 pub struct ResponseStore {
     kept: Mutex<VecDeque<Stored>>,
@@ -67,6 +70,11 @@ impl Stored {
             Some("queued" | "in_progress")
         )
     }
+
+    /// Ended more than [`ResponseStore::TTL`] ago (`at` is when it ended).
+    fn expired(&self) -> bool {
+        !self.pending() && self.at.elapsed() >= ResponseStore::TTL
+    }
 }
 
 impl ResponseStore {
@@ -75,15 +83,18 @@ impl ResponseStore {
 
     fn find(&self, id: &str) -> Option<Stored> {
         let kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
-        kept.iter()
-            .find(|s| s.id == id && s.at.elapsed() < Self::TTL)
-            .cloned()
+        kept.iter().find(|s| s.id == id && !s.expired()).cloned()
     }
 
     fn put(&self, s: Stored) {
         let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
-        while kept.len() >= Self::CAP || kept.front().is_some_and(|f| f.at.elapsed() >= Self::TTL) {
-            kept.pop_front();
+        kept.retain(|k| !k.expired());
+        while kept.len() >= Self::CAP {
+            // The oldest that has ended; none: only pending ones are kept.
+            let Some(i) = kept.iter().position(|k| !k.pending()) else {
+                break;
+            };
+            kept.remove(i);
         }
         kept.push_back(s);
     }
@@ -153,6 +164,7 @@ pub async fn cancel(State(st): State<AppState>, Path(id): Path<String>) -> Resul
                 t.abort();
             }
             s.response["status"] = json!("cancelled");
+            s.at = Instant::now();
         }
         out = s.response.clone();
     });
@@ -348,6 +360,7 @@ fn background(st: AppState, rid: RequestId, bytes: Bytes, s: Stored, echo: Echo)
                 if !s.pending() {
                     return; // cancelled while the answer was being read
                 }
+                s.at = Instant::now();
                 match answer {
                     Ok((response, items)) => {
                         s.messages.push(assistant_message(&items));
@@ -645,4 +658,40 @@ fn assistant_message(items: &[Value]) -> Value {
         m["tool_calls"] = json!(calls);
     }
     m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stored(id: &str, status: &str) -> Stored {
+        Stored::new(
+            id.into(),
+            Vec::new(),
+            json!({ "status": status }),
+            Vec::new(),
+        )
+    }
+
+    #[test]
+    fn a_running_background_response_outlives_the_cap() {
+        let store = ResponseStore::default();
+        store.put(stored("running", "in_progress"));
+        let cap = ResponseStore::CAP;
+        for i in 0..cap + 10 {
+            store.put(stored(&format!("r{i}"), "completed"));
+        }
+        assert!(
+            store.find("running").is_some(),
+            "a pending answer was dropped"
+        );
+        // The oldest ended ones made room; the cap holds.
+        assert!(store.find("r0").is_none());
+        assert!(store.find(&format!("r{}", cap + 9)).is_some());
+        assert_eq!(store.kept.lock().unwrap().len(), cap);
+        // Once it ended, it is evicted like any other.
+        store.update("running", |s| s.response["status"] = json!("completed"));
+        store.put(stored("last", "completed"));
+        assert!(store.find("running").is_none());
+    }
 }

@@ -179,139 +179,119 @@ impl Conv {
     }
 
     fn data(&mut self, d: &str) -> String {
+        use crate::rewrite::{chat_data, ChatData, DeltaPart};
         let mut out = String::new();
-        if d == "[DONE]" {
-            self.close(&mut out);
-            self.finished = true;
-            let mut r = self.echo.response(
-                &self.id,
-                "completed",
-                &self.model,
-                self.items.clone(),
-                self.usage.clone(),
-                self.finish.as_deref(),
-            );
-            if let Some(t) = self.timing.take() {
-                r["timing"] = t;
+        let c = match chat_data(d) {
+            None => return out,
+            Some(ChatData::Done) => {
+                self.done(&mut out);
+                return out;
             }
-            let kind = if r["status"] == "incomplete" {
-                "response.incomplete"
-            } else {
-                "response.completed"
-            };
-            out.push_str(&self.event(kind, json!({"response": r})));
-            self.last = Some(r);
-            return out;
-        }
-        let Ok(j) = serde_json::from_str::<Value>(d) else {
-            return out;
+            Some(ChatData::Error(msg)) => {
+                out.push_str(&self.event("error", json!({"code": "server_error", "message": msg})));
+                return out;
+            }
+            Some(ChatData::Chunk(c)) => c,
         };
-        if let Some(e) = j.get("error") {
-            let msg = e.get("message").and_then(|m| m.as_str()).unwrap_or("error");
-            out.push_str(&self.event("error", json!({"code": "server_error", "message": msg})));
-            return out;
-        }
         if !self.started {
             self.started = true;
-            self.model = j["model"].as_str().unwrap_or_default().to_owned();
+            self.model = c.json["model"].as_str().unwrap_or_default().to_owned();
             let r =
                 self.echo
                     .response(&self.id, "in_progress", &self.model, Vec::new(), None, None);
             out.push_str(&self.event("response.created", json!({"response": r})));
             out.push_str(&self.event("response.in_progress", json!({"response": r})));
         }
-        if let Some(u) = j
-            .get("usage")
-            .and_then(|u| serde_json::from_value::<hasten_protocol::Usage>(u.clone()).ok())
-        {
+        if let Some(u) = &c.usage {
             self.usage = Some(usage_json(
                 u.prompt_tokens,
-                cached(&u),
+                cached(u),
                 u.completion_tokens,
-                reasoning(&u),
+                reasoning(u),
             ));
         }
-        if let Some(t) = j.get("timing").filter(|t| t.is_object()) {
+        if let Some(t) = c.json.get("timing").filter(|t| t.is_object()) {
             self.timing = Some(t.clone());
         }
-        let Some(ch) = j.get("choices").and_then(|c| c.get(0)) else {
+        let Some(ch) = c.choice else {
             return out;
         };
-        let delta = &ch["delta"];
-        if let Some(r) = delta
-            .get("reasoning_content")
-            .and_then(|v| v.as_str())
-            .filter(|s| !s.is_empty())
-        {
-            let i = self.open(reasoning_item(self.items.len(), ""), false, &mut out);
-            let prev = self.items[i]["content"][0]["text"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned();
-            self.items[i]["content"][0]["text"] = json!(prev + r);
-            let id = self.items[i]["id"].clone();
-            out.push_str(&self.event(
-                "response.reasoning_text.delta",
-                json!({"item_id": id, "output_index": i, "content_index": 0, "delta": r}),
-            ));
-        }
-        if let Some(t) = delta
-            .get("content")
-            .and_then(|v| v.as_str())
-            .filter(|s| !s.is_empty())
-        {
-            let i = self.open(
-                message_item(self.items.len(), "", "in_progress"),
-                false,
-                &mut out,
-            );
-            let prev = self.items[i]["content"][0]["text"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned();
-            self.items[i]["content"][0]["text"] = json!(prev + t);
-            let id = self.items[i]["id"].clone();
-            out.push_str(&self.event("response.output_text.delta", json!({"item_id": id, "output_index": i, "content_index": 0, "delta": t, "logprobs": []})));
-        }
-        for tc in delta
-            .get("tool_calls")
-            .and_then(|v| v.as_array())
-            .into_iter()
-            .flatten()
-        {
-            let f = &tc["function"];
-            if let (Some(id), Some(name)) = (
-                tc.get("id").and_then(|v| v.as_str()),
-                f.get("name").and_then(|v| v.as_str()),
-            ) {
-                let item = call_item(self.items.len(), id, name, "", "in_progress");
-                self.open(item, true, &mut out);
-            }
-            if let (Some(a), Some(i)) = (
-                f.get("arguments")
-                    .and_then(|v| v.as_str())
-                    .filter(|s| !s.is_empty()),
-                self.open,
-            ) {
-                let prev = self.items[i]["arguments"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned();
-                self.items[i]["arguments"] = json!(prev + a);
-                let id = self.items[i]["id"].clone();
-                out.push_str(&self.event(
-                    "response.function_call_arguments.delta",
-                    json!({"item_id": id, "output_index": i, "delta": a}),
-                ));
+        for part in ch.parts {
+            match part {
+                DeltaPart::Reasoning(r) => {
+                    let i = self.open(reasoning_item(self.items.len(), ""), false, &mut out);
+                    let id = self.append(i, &["content", "0", "text"], &r);
+                    out.push_str(&self.event(
+                        "response.reasoning_text.delta",
+                        json!({"item_id": id, "output_index": i, "content_index": 0, "delta": r}),
+                    ));
+                }
+                DeltaPart::Text(t) => {
+                    let item = message_item(self.items.len(), "", "in_progress");
+                    let i = self.open(item, false, &mut out);
+                    let id = self.append(i, &["content", "0", "text"], &t);
+                    out.push_str(&self.event("response.output_text.delta", json!({"item_id": id, "output_index": i, "content_index": 0, "delta": t, "logprobs": []})));
+                }
+                DeltaPart::ToolCall { id, name } => {
+                    let item = call_item(self.items.len(), &id, &name, "", "in_progress");
+                    self.open(item, true, &mut out);
+                }
+                DeltaPart::ToolArguments(a) => {
+                    let Some(i) = self.open else { continue };
+                    let id = self.append(i, &["arguments"], &a);
+                    out.push_str(&self.event(
+                        "response.function_call_arguments.delta",
+                        json!({"item_id": id, "output_index": i, "delta": a}),
+                    ));
+                }
             }
         }
-        if let Some(f) = ch.get("finish_reason").and_then(|v| v.as_str()) {
-            self.finish = Some(f.to_owned());
+        if let Some(f) = ch.finish_reason {
+            self.finish = Some(f);
             // A finished answer with no item still has its (empty) message.
             if self.items.is_empty() {
                 self.open(message_item(0, "", "in_progress"), false, &mut out);
             }
         }
         out
+    }
+
+    /// Appends `s` to the string at `path` in item `i`; returns the item's id.
+    fn append(&mut self, i: usize, path: &[&str], s: &str) -> Value {
+        let mut v = &mut self.items[i];
+        for k in path {
+            v = match k.parse::<usize>() {
+                Ok(n) => &mut v[n],
+                Err(_) => &mut v[*k],
+            };
+        }
+        let prev = v.as_str().unwrap_or_default().to_owned();
+        *v = json!(prev + s);
+        self.items[i]["id"].clone()
+    }
+
+    /// The end of the chat stream: the last item closes and the final
+    /// response goes out.
+    fn done(&mut self, out: &mut String) {
+        self.close(out);
+        self.finished = true;
+        let mut r = self.echo.response(
+            &self.id,
+            "completed",
+            &self.model,
+            self.items.clone(),
+            self.usage.clone(),
+            self.finish.as_deref(),
+        );
+        if let Some(t) = self.timing.take() {
+            r["timing"] = t;
+        }
+        let kind = if r["status"] == "incomplete" {
+            "response.incomplete"
+        } else {
+            "response.completed"
+        };
+        out.push_str(&self.event(kind, json!({"response": r})));
+        self.last = Some(r);
     }
 }
