@@ -1,5 +1,7 @@
-//! Integer attention over a Q8_0 KV cache: the scalar references of the
-//! AVX-512 VNNI tile, and the quantization both share.
+//! Integer attention over a Q8_0 or Q4_0 KV cache: the scalar references
+//! of the AVX-512 VNNI tile, and the quantization both share. A Q4_0 row
+//! is the Q8_0 row of the same values ([`q4_0_as_q8_0`], exact), so both
+//! caches take one integer path.
 //!
 //! - **Scores.** Each query row is quantized to Q8_0 (as llama.cpp does for
 //!   a `q8_0` K cache) and a score is `sum_b dq_b * dk_b * (q_b . k_b)`
@@ -18,7 +20,7 @@
 //! the tile kernels keep them; positions past the cache's last are zero.
 
 use crate::quant::read_f16;
-use crate::rows::HeadView;
+use crate::rows::{HeadView, KvType};
 
 /// Values per Q8_0 block.
 pub const QK: usize = 32;
@@ -96,18 +98,50 @@ pub fn quantize_weights(p: &[f32; V_CHUNK], dv: &[f32; V_CHUNK]) -> ([u16; V_CHU
     )
 }
 
-/// Row bytes and the Q8_0 row of position `p` of `view`'s KV head in
-/// `cache`, or `None` past `n_last` (a zero row).
-fn row<'a>(view: &HeadView<'_>, cache: &'a [u8], p: usize, n_last: usize) -> Option<&'a [u8]> {
-    let rb = view.kv.head_dim / QK * BLOCK_BYTES;
+/// Bytes per Q4_0 block: an f16 scale, then 16 bytes of two nibbles.
+pub const Q4_BLOCK_BYTES: usize = 18;
+
+/// Q4_0 blocks (`src`) as the Q8_0 blocks they equal (`dst`): values
+/// `nibble - 8` (low nibbles are values 0-15 of a block, high nibbles
+/// 16-31) under the same scale, or all negated under the scale's absolute
+/// value when it is negative (ggml's Q4_0 scale takes the sign of the
+/// block's largest value; the V sum needs scales >= 0, as Q8_0's are).
+/// Exact, so one integer kernel serves both caches.
+pub fn q4_0_as_q8_0(src: &[u8], dst: &mut [u8]) {
+    for (s, d) in src
+        .chunks_exact(Q4_BLOCK_BYTES)
+        .zip(dst.chunks_exact_mut(BLOCK_BYTES))
+    {
+        let negative = s[1] & 0x80 != 0;
+        d[..2].copy_from_slice(&[s[0], s[1] & 0x7f]);
+        let sign = if negative { -1 } else { 1 };
+        for (j, &b) in s[2..].iter().enumerate() {
+            d[2 + j] = (sign * ((b & 0x0f) as i8 - 8)) as u8;
+            d[2 + 16 + j] = (sign * ((b >> 4) as i8 - 8)) as u8;
+        }
+    }
+}
+
+/// The Q8_0 row of position `p` of `view`'s KV head in `cache` (rows of
+/// `ty`, Q8_0 or Q4_0), or `None` past `n_last` (a zero row).
+fn row(view: &HeadView<'_>, cache: &[u8], ty: KvType, p: usize, n_last: usize) -> Option<Vec<u8>> {
+    let (hd, rb) = (view.kv.head_dim, ty.row_bytes(view.kv.head_dim));
     (p < n_last).then(|| {
         let i = view.kv.row_index(view.table, p, view.kvh);
-        &cache[i * rb..(i + 1) * rb]
+        let src = &cache[i * rb..(i + 1) * rb];
+        match ty {
+            KvType::Q4_0 => {
+                let mut out = vec![0u8; hd / QK * BLOCK_BYTES];
+                q4_0_as_q8_0(src, &mut out);
+                out
+            }
+            _ => src.to_vec(),
+        }
     })
 }
 
-/// Integer scores of `rows` quantized query rows against the Q8_0 K rows
-/// `k` at positions `start..n_last`, stored at `scores[r * w + p]` for the
+/// Integer scores of `rows` quantized query rows against the K rows `k`
+/// (Q8_0 or Q4_0, as `view.kv.k` says) at positions `start..n_last`, stored at `scores[r * w + p]` for the
 /// positions below `w` of each [`CHUNK`] from `start` (the reference of
 /// the SIMD scores).
 #[allow(clippy::too_many_arguments)]
@@ -125,11 +159,11 @@ pub fn scores_reference(
     let nb = hd / QK;
     let end = (start + n_last.saturating_sub(start).next_multiple_of(CHUNK)).min(w);
     for p in start..end {
-        let kr = row(view, k, p, n_last);
+        let kr = row(view, k, view.kv.k.ty(), p, n_last);
         for r in 0..rows {
             let mut s = 0.0f32;
             for b in 0..nb {
-                let (dk, dot) = match kr {
+                let (dk, dot) = match &kr {
                     Some(kr) => {
                         let blk = &kr[b * BLOCK_BYTES..(b + 1) * BLOCK_BYTES];
                         let dot: i32 = blk[2..]
@@ -149,7 +183,8 @@ pub fn scores_reference(
     }
 }
 
-/// The weighted sum of the Q8_0 V rows `v` at positions `start..n_last`
+/// The weighted sum of the V rows `v` (Q8_0 or Q4_0, as `view.kv.v`
+/// says) at positions `start..n_last`
 /// with the weights `probs[r * w + p]` of `rows` rows, into `out`
 /// (`rows * hd`, overwritten), weights quantized per chunk as the module
 /// says (the reference of the SIMD sum).
@@ -168,8 +203,8 @@ pub fn weighted_v_reference(
     let nb = hd / QK;
     out[..rows * hd].fill(0.0);
     for p0 in (start..n_last).step_by(V_CHUNK) {
-        let vr: Vec<Option<&[u8]>> = (p0..p0 + V_CHUNK)
-            .map(|p| row(view, v, p, n_last))
+        let vr: Vec<Option<Vec<u8>>> = (p0..p0 + V_CHUNK)
+            .map(|p| row(view, v, view.kv.v.ty(), p, n_last))
             .collect();
         for r in 0..rows {
             let p: [f32; V_CHUNK] = std::array::from_fn(|j| {
@@ -181,7 +216,7 @@ pub fn weighted_v_reference(
             });
             for b in 0..nb {
                 let dv: [f32; V_CHUNK] = std::array::from_fn(|j| {
-                    vr[j].map_or(0.0, |vr| {
+                    vr[j].as_ref().map_or(0.0, |vr| {
                         read_f16(&vr[b * BLOCK_BYTES..b * BLOCK_BYTES + 2])
                     })
                 });
@@ -189,7 +224,9 @@ pub fn weighted_v_reference(
                 for d in 0..QK {
                     let sum: i32 = (0..V_CHUNK)
                         .filter_map(|j| {
-                            vr[j].map(|vr| u[j] as i32 * vr[b * BLOCK_BYTES + 2 + d] as i8 as i32)
+                            vr[j]
+                                .as_ref()
+                                .map(|vr| u[j] as i32 * vr[b * BLOCK_BYTES + 2 + d] as i8 as i32)
                         })
                         .sum();
                     let o = &mut out[r * hd + b * QK + d];
@@ -204,11 +241,12 @@ pub fn weighted_v_reference(
 pub(crate) mod test_cache {
     use crate::rows::{HeadView, KvRows, KvType, PagedKv};
 
-    /// A paged Q8_0 cache of `blocks` blocks (`bs` slots, `nkv` heads of
-    /// `hd`), its block table out of order, and a view of its last head
-    /// whose visible positions start at `from`.
+    /// A paged Q8_0 (or Q4_0) cache of `blocks` blocks (`bs` slots, `nkv`
+    /// heads of `hd`), its block table out of order, and a view of its
+    /// last head whose visible positions start at `from`.
     pub(crate) struct Cache {
         pub(crate) bytes: Vec<u8>,
+        ty: KvType,
         table: Vec<u32>,
         bs: usize,
         nkv: usize,
@@ -217,26 +255,28 @@ pub(crate) mod test_cache {
     }
 
     impl Cache {
-        pub(crate) fn new(
+        pub(crate) fn with_type(
             blocks: usize,
             bs: usize,
             nkv: usize,
             hd: usize,
             from: usize,
             seed: f32,
+            ty: KvType,
         ) -> Cache {
             let rows = blocks * bs * nkv;
             let vals: Vec<f32> = (0..rows * hd)
                 .map(|i| ((i * 37 % 101) as f32 * seed).sin() * (1.0 + (i / hd % 7) as f32))
                 .collect();
-            let rb = KvType::Q8_0.row_bytes(hd);
+            let rb = ty.row_bytes(hd);
             let mut bytes = vec![0u8; rows * rb];
             for (src, dst) in vals.chunks_exact(hd).zip(bytes.chunks_exact_mut(rb)) {
-                crate::quant::quantize_row(KvType::Q8_0.ggml(), src, dst).unwrap();
+                crate::quant::quantize_row(ty.ggml(), src, dst).unwrap();
             }
             let table = (0..blocks as u32).rev().collect();
             Cache {
                 bytes,
+                ty,
                 table,
                 bs,
                 nkv,
@@ -246,7 +286,7 @@ pub(crate) mod test_cache {
         }
 
         pub(crate) fn view(&self) -> HeadView<'_> {
-            let rows = KvRows::Quant(KvType::Q8_0, &self.bytes);
+            let rows = KvRows::Quant(self.ty, &self.bytes);
             HeadView {
                 kv: PagedKv {
                     k: rows,
@@ -276,8 +316,14 @@ mod tests {
     /// reference's V sum against the same sum in f32.
     #[test]
     fn quantized_weights_stay_near_the_float_sum() {
+        for ty in [KvType::Q8_0, KvType::Q4_0] {
+            near_the_float_sum(ty);
+        }
+    }
+
+    fn near_the_float_sum(ty: KvType) {
         let (bs, nkv, hd, n_last, start) = (16usize, 1, 64, 150usize, 0);
-        let c = Cache::new(n_last.div_ceil(bs), bs, nkv, hd, start, 0.3);
+        let c = Cache::with_type(n_last.div_ceil(bs), bs, nkv, hd, start, 0.3, ty);
         let view = c.view();
         let w = n_last.next_multiple_of(8);
         let probs: Vec<f32> = (0..w)
@@ -306,7 +352,7 @@ mod tests {
         for (a, b) in got.iter().zip(&exact) {
             assert!(
                 (a - b).abs() <= 2e-4 * scale,
-                "{a} vs {b} (largest {scale})"
+                "{ty:?}: {a} vs {b} (largest {scale})"
             );
         }
     }

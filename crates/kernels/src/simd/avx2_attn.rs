@@ -52,7 +52,7 @@ pub fn attend_tile(
 
 /// The AVX-512 tier's [`attend_tile`]: the same kernel compiled with
 /// AVX-512VL (32 vector registers), scoring two query rows per pass over
-/// each widened K block; over a Q8_0 K cache, integer scores
+/// each widened K block; over a Q8_0 or Q4_0 K cache, integer scores
 /// ([`super::avx512_attn`]).
 pub fn attend_tile_avx512(
     view: &HeadView<'_>,
@@ -74,7 +74,7 @@ pub fn attend_tile_avx512(
         |v, q, t, g, n, s, o, l| match v.kv.k {
             // SAFETY (both arms): handed out by the kernel table only after
             // AVX-512 F/BW/VL/VNNI were detected; lengths checked by `checked`.
-            KvRows::Quant(KvType::Q8_0, k) if v.kv.head_dim.is_multiple_of(32) => unsafe {
+            KvRows::Quant(KvType::Q8_0 | KvType::Q4_0, k) if v.kv.head_dim.is_multiple_of(32) => unsafe {
                 super::avx512_attn::tile_q8k(v, k, q, t, g, n, s, o, l)
             },
             _ => unsafe { tile_impl_avx512(v, q, t, g, n, s, o, l) },

@@ -1,7 +1,9 @@
 //! AVX-512 VNNI attention scores over a Q8_0 K cache, as llama.cpp scores
 //! a `--cache-type-k q8_0` cache: each query row is quantized to Q8_0 and
 //! every score is an integer dot product of two int8 rows, scaled by both
-//! blocks' scales.
+//! blocks' scales. A Q4_0 cache takes the same path, each group of sixteen
+//! rows widened to the Q8_0 rows of the same values first
+//! ([`crate::attention_q8::q4_0_as_q8_0`]), for K and for V.
 //!
 //! Sixteen cache positions are transposed in registers so that each
 //! 32-bit lane of a 512-bit register holds four values of one position;
@@ -23,110 +25,15 @@
 
 #![allow(unsafe_code)]
 
+use super::avx512_rows::{HeadRows, Wide, LANES, MAX_ROW};
 use crate::attention_q8::{
-    quantize_query, QuantQuery, BLOCK_BYTES, CHUNK, MIN_WEIGHT_MAX, QK, V_CHUNK, WEIGHT_MAX,
+    quantize_query, QuantQuery, BLOCK_BYTES, MIN_WEIGHT_MAX, QK, V_CHUNK, WEIGHT_MAX,
 };
 use crate::rows::{HeadView, KvRows, KvType};
 use std::arch::x86_64::*;
 
-/// Positions per pass (the 32-bit lanes of a 512-bit register).
-const LANES: usize = CHUNK;
-/// Longest cache row handled (the tile's widest head, 256 values).
-const MAX_ROW: usize = 256 / QK * BLOCK_BYTES;
-/// Positions ahead of the pass whose rows are prefetched.
-const PREFETCH_AHEAD: usize = 4 * LANES;
-
-/// One KV head's rows in the pool, worked out once per kernel call
-/// ([`crate::rows::PagedKv::row_index`] divides to count the pool's blocks
-/// on every call).
-#[derive(Clone, Copy)]
-struct HeadRows<'a> {
-    table: &'a [u32],
-    /// The head's first row in the pool (`[kv head][block][slot]`).
-    base: usize,
-    bs: usize,
-    /// Bytes per row.
-    rb: usize,
-}
-
-impl<'a> HeadRows<'a> {
-    fn new(view: &HeadView<'a>) -> Self {
-        let bs = view.kv.block_size;
-        HeadRows {
-            table: view.table,
-            base: view.kvh * view.kv.n_blocks() * bs,
-            bs,
-            rb: view.kv.head_dim / QK * BLOCK_BYTES,
-        }
-    }
-
-    /// The row of position `p` (as `row_index` gives it).
-    #[inline(always)]
-    fn index(&self, p: usize) -> usize {
-        let (b, off) = (p / self.bs, p % self.bs);
-        self.base + self.table[b] as usize * self.bs + off
-    }
-}
-
-/// The Q8_0 rows of the [`LANES`] positions from `p0` of the head `h` in
-/// `cache` (pointers into bounds-checked slices), `zero` past `n_last`;
-/// prefetches the rows [`PREFETCH_AHEAD`] positions on.
-#[inline(always)]
-fn rows_at(
-    h: &HeadRows<'_>,
-    cache: &[u8],
-    p0: usize,
-    n_last: usize,
-    zero: &[u8; MAX_ROW],
-) -> [*const u8; LANES] {
-    let (rb, bs) = (h.rb, h.bs);
-    // Whether the `n` positions from `p` lie in one cache block: their rows
-    // are then one contiguous run (head-major blocks).
-    let one_block = |p: usize, n: usize| p % bs + n <= bs;
-    let next = p0 + PREFETCH_AHEAD;
-    if next < n_last {
-        let n = (n_last - next).min(LANES);
-        let base = cache.as_ptr();
-        let fetch = |at: usize, len: usize| {
-            for off in (0..len + 63).step_by(64) {
-                // SAFETY: a prefetch reads nothing architecturally (the
-                // address is only computed, with wrapping arithmetic).
-                unsafe { _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(at + off) as *const i8) };
-            }
-        };
-        if one_block(next, n) {
-            fetch(h.index(next) * rb, n * rb);
-        } else {
-            for p in next..next + n {
-                fetch(h.index(p) * rb, rb);
-            }
-        }
-    }
-    let n = n_last.saturating_sub(p0).min(LANES);
-    if n > 0 && one_block(p0, n) {
-        // One bounds check for the run, then pointers into it.
-        let first = h.index(p0);
-        let run = cache[first * rb..(first + n) * rb].as_ptr();
-        return std::array::from_fn(|j| {
-            if j < n {
-                run.wrapping_add(j * rb)
-            } else {
-                zero.as_ptr()
-            }
-        });
-    }
-    std::array::from_fn(|j| {
-        if j < n {
-            let i = h.index(p0 + j);
-            cache[i * rb..(i + 1) * rb].as_ptr()
-        } else {
-            zero.as_ptr()
-        }
-    })
-}
-
 /// Scaled scores of `rows` quantized query rows (`qq`)
-/// against the Q8_0 K rows `k` of `view` at positions `start..n_last`
+/// against the K rows `k` of `view` (Q8_0 or Q4_0) at positions `start..n_last`
 /// (`start` a multiple of 8), stored at `scores[r * w + p]` with `w` the
 /// row stride (`n_last` rounded up to 8). Rows are scored at every
 /// position of the range; what a row does not see is overwritten by the
@@ -156,7 +63,8 @@ pub(crate) unsafe fn scores_q8(
     let hd = view.kv.head_dim;
     let nb = hd / QK;
     let zero = [0u8; MAX_ROW];
-    let head = HeadRows::new(view);
+    let head = HeadRows::new(view, view.kv.k.ty());
+    let mut wide: Wide = [0; LANES * MAX_ROW];
     let flip = _mm512_set1_epi8(-128);
     let lo_idx = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
     let hi_idx = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
@@ -168,7 +76,7 @@ pub(crate) unsafe fn scores_q8(
         &qq.offset[..rows * nb],
     );
     for p0 in (start..n_last).step_by(LANES) {
-        let ptr = rows_at(&head, k, p0, n_last, &zero);
+        let ptr = head.rows(k, p0, n_last, &zero, &mut wide);
         let store: __mmask16 = ((1u32 << (w - p0).min(LANES)) - 1) as u16;
         let real: __mmask16 = ((1u32 << (n_last - p0).min(LANES)) - 1) as u16;
         // One query row's dot product with the transposed block `kt`,
@@ -301,8 +209,9 @@ unsafe fn transpose_block(
     }
 }
 
-/// The AVX-512 tile over a Q8_0 K cache (`k`): [`scores_q8`], then the
-/// float tile's soft cap, softmax and weighted sum of V.
+/// The AVX-512 tile over a Q8_0 or Q4_0 K cache (`k`): [`scores_q8`], then
+/// the softmax and, over a Q8_0 or Q4_0 V cache, [`weighted_v_q8`] (the
+/// float tile's V sum otherwise).
 ///
 /// # Safety
 /// AVX-512 F/BW/VL/VNNI are available; the shapes `checked` in
@@ -330,7 +239,7 @@ pub(super) unsafe fn tile_q8k(
         let mut row_max = vec![0.0f32; rows];
         scores_q8(view, k, &qq, rows, start, n_last, w, scores, &mut row_max);
         match view.kv.v {
-            KvRows::Quant(KvType::Q8_0, v) if hd.is_multiple_of(64) => {
+            KvRows::Quant(KvType::Q8_0 | KvType::Q4_0, v) if hd.is_multiple_of(64) => {
                 let mut norm = [1.0f32; MAX_ROWS];
                 let norm = &mut norm[..rows.min(MAX_ROWS)];
                 if view.softcap.is_none() && rows <= MAX_ROWS {
@@ -442,7 +351,7 @@ unsafe fn softmax_rows(
     }
 }
 
-/// The weighted sum of the Q8_0 V rows `v` at positions `start..n_last`
+/// The weighted sum of the V rows `v` (Q8_0 or Q4_0) at positions `start..n_last`
 /// with the softmax weights `probs[r * w + p]` of `rows` rows, into `out`
 /// (`rows * hd`, overwritten). Per chunk of [`V_CHUNK`] positions the rows
 /// are transposed so each dword lane holds one dimension of four
@@ -472,7 +381,8 @@ pub(crate) unsafe fn weighted_v_q8(
     let hd = view.kv.head_dim;
     let (nb, nz) = (hd / QK, hd / 64);
     let zero = [0u8; MAX_ROW];
-    let head = HeadRows::new(view);
+    let head = HeadRows::new(view, view.kv.v.ty());
+    let mut wide: Wide = [0; LANES * MAX_ROW];
     // Transposed chunk: [group of 4 positions][64-value slice][register][64 bytes].
     let mut vt = [0u8; V_CHUNK / 4 * (256 / 64) * 4 * 64];
     let mut acc_f = vec![0.0f32; rows * hd];
@@ -487,7 +397,7 @@ pub(crate) unsafe fn weighted_v_q8(
         for h in 0..SUB {
             let q0 = p0 + h * LANES;
             mask[h] = ((1u32 << w.saturating_sub(q0).min(LANES)) - 1) as u16;
-            let ptr = rows_at(&head, v, q0, n_last, &zero);
+            let ptr = head.rows(v, q0, n_last, &zero, &mut wide);
             // SAFETY: every pointer in `ptr` starts a whole row of `nb`
             // blocks; `vt` holds `V_CHUNK / 4 * nz * 4` registers.
             unsafe {
@@ -654,6 +564,10 @@ unsafe fn transpose_v(ptr: &[*const u8; LANES], nz: usize, vt: *mut u8) {
 mod tests {
     use crate::attention_q8::test_cache::Cache;
     use crate::attention_q8::{quantize_query, scores_reference, weighted_v_reference};
+    use crate::rows::KvType;
+
+    /// The cache types the integer tile reads.
+    const TYPES: [KvType; 2] = [KvType::Q8_0, KvType::Q4_0];
 
     fn avx512() -> bool {
         crate::cpu::tiers().contains(&crate::cpu::Isa::Avx512)
@@ -678,8 +592,10 @@ mod tests {
         if !avx512() {
             return;
         }
-        for (bs, nkv, hd, n_last, start) in SHAPES {
-            let c = Cache::new(n_last.div_ceil(bs) + 1, bs, nkv, hd, start, 0.1);
+        for ((bs, nkv, hd, n_last, start), ty) in
+            SHAPES.into_iter().flat_map(|s| TYPES.map(|t| (s, t)))
+        {
+            let c = Cache::with_type(n_last.div_ceil(bs) + 1, bs, nkv, hd, start, 0.1, ty);
             let view = c.view();
             let rows = 5;
             let q: Vec<f32> = (0..rows * hd)
@@ -705,7 +621,7 @@ mod tests {
                     let (a, b) = (got[r * w + p], want[r * w + p]);
                     assert!(
                         (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
-                        "hd={hd} n={n_last} row {r} pos {p}: {a} vs {b}"
+                        "{ty:?} hd={hd} n={n_last} row {r} pos {p}: {a} vs {b}"
                     );
                 }
             }
@@ -717,11 +633,13 @@ mod tests {
         if !avx512() {
             return;
         }
-        for (bs, nkv, hd, n_last, start) in SHAPES {
+        for ((bs, nkv, hd, n_last, start), ty) in
+            SHAPES.into_iter().flat_map(|s| TYPES.map(|t| (s, t)))
+        {
             if !hd.is_multiple_of(64) {
                 continue;
             }
-            let c = Cache::new(n_last.div_ceil(bs) + 1, bs, nkv, hd, start, 0.3);
+            let c = Cache::with_type(n_last.div_ceil(bs) + 1, bs, nkv, hd, start, 0.3, ty);
             let view = c.view();
             let rows = 3;
             let w = n_last.next_multiple_of(8);
@@ -748,7 +666,7 @@ mod tests {
             for (i, (a, b)) in got.iter().zip(&want).enumerate() {
                 assert!(
                     (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
-                    "hd={hd} n={n_last} value {i}: {a} vs {b}"
+                    "{ty:?} hd={hd} n={n_last} value {i}: {a} vs {b}"
                 );
             }
         }
