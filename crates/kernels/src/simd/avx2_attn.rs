@@ -6,7 +6,8 @@
 //!
 //! Softmax uses the polynomial `exp` of [`super::avx2`]. The AVX-512 tier
 //! runs the same kernel compiled with AVX-512VL, whose 32 registers let each
-//! widened K block serve two query rows per pass.
+//! widened K block serve two query rows per pass, and sums an f16 V in
+//! 512-bit registers ([`super::avx512_attn_f16`]).
 //!
 //! Handed out by [`crate::cpu::Kernels::for_isa`] only after AVX2, FMA and
 //! F16C (and, for [`attend_tile_avx512`], AVX-512 F/BW/VL) were detected:
@@ -270,7 +271,7 @@ fn sums8(a: &[__m256; 8]) -> __m256 {
 /// Generates a tile kernel for a feature set, scoring `$r` query rows per
 /// pass over a widened K block, so each block load serves `$r` rows.
 macro_rules! tile_fn {
-    ($name:ident, $feat:literal, $r:literal) => {
+    ($name:ident, $feat:literal, $r:literal, $finish:path) => {
         /// # Safety
         /// Call only once the CPU's support for the features named in
         /// `target_feature` is known (the kernel table hands out the safe
@@ -321,17 +322,19 @@ macro_rules! tile_fn {
                     unsafe { score_rows::<1>(q, hd, &block, r, w, p0, view.scale, scores) };
                 }
             }
-            // SAFETY: as checked by `checked`.
-            unsafe { finish_tile(view, t, g, n_ctx, start, scores, out, lse) };
+            // SAFETY: as checked by `checked` (and, for the AVX-512
+            // tile's finish, the features detected with the tier).
+            unsafe { $finish(view, t, g, n_ctx, start, scores, out, lse) };
         }
     };
 }
 
-tile_fn!(tile_impl, "avx2,fma,f16c", 1);
+tile_fn!(tile_impl, "avx2,fma,f16c", 1, finish_tile);
 tile_fn!(
     tile_impl_avx512,
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl",
-    2
+    2,
+    super::avx512_attn_f16::finish_tile
 );
 
 /// The part of a tile after its scores: [`softmax_rows`], then the

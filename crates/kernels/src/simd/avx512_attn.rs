@@ -210,8 +210,8 @@ unsafe fn transpose_block(
 }
 
 /// The AVX-512 tile over a Q8_0 or Q4_0 K cache (`k`): [`scores_q8`], then
-/// the softmax and, over a Q8_0 or Q4_0 V cache, [`weighted_v_q8`] (the
-/// float tile's V sum otherwise).
+/// over a Q8_0 or Q4_0 V cache [`softmax_and_sum`] with [`weighted_v_q8`]
+/// (the float tile's softmax and V sum otherwise).
 ///
 /// # Safety
 /// AVX-512 F/BW/VL/VNNI are available; the shapes `checked` in
@@ -240,23 +240,53 @@ pub(super) unsafe fn tile_q8k(
         scores_q8(view, k, &qq, rows, start, n_last, w, scores, &mut row_max);
         match view.kv.v {
             KvRows::Quant(KvType::Q8_0 | KvType::Q4_0, v) if hd.is_multiple_of(64) => {
-                let mut norm = [1.0f32; MAX_ROWS];
-                let norm = &mut norm[..rows.min(MAX_ROWS)];
-                if view.softcap.is_none() && rows <= MAX_ROWS {
-                    softmax_rows(view, t, g, n_ctx, start, &row_max, scores, lse, norm);
-                } else {
-                    super::avx2_attn::softmax_rows(view, t, g, n_ctx, start, scores, lse);
-                    norm.fill(1.0);
-                }
-                weighted_v_q8(view, v, scores, rows, start, n_last, w, out);
-                if rows <= MAX_ROWS {
-                    for (o, &n) in out.chunks_exact_mut(hd).zip(norm.iter()) {
-                        o.iter_mut().for_each(|x| *x *= n);
-                    }
-                }
+                let rm = Some(&row_max[..]);
+                softmax_and_sum(view, t, g, n_ctx, start, rm, scores, lse, out, |s, o| {
+                    weighted_v_q8(view, v, s, rows, start, n_last, w, o)
+                })
             }
             _ => super::avx2_attn::finish_tile(view, t, g, n_ctx, start, scores, out, lse),
         }
+    }
+}
+
+/// The softmax of the tile's scores, then `sum_v(weights, out)`: where it
+/// can, the softmax leaves the weights unnormalized ([`softmax_rows`]) and
+/// each output row is scaled by its `1 / sum` after the sum; soft-capped
+/// layers and tiles of more than [`MAX_ROWS`] rows take the AVX2 tier's
+/// normalizing softmax. `row_max` as [`softmax_rows`] takes it.
+///
+/// # Safety
+/// AVX-512 F/BW/VL are available; the shapes `checked` in
+/// [`super::avx2_attn`] checks hold; `row_max`, where given, holds `t * g`
+/// values.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn softmax_and_sum(
+    view: &HeadView<'_>,
+    t: usize,
+    g: usize,
+    n_ctx: usize,
+    start: usize,
+    row_max: Option<&[f32]>,
+    scores: &mut [f32],
+    lse: Option<&mut [f32]>,
+    out: &mut [f32],
+    sum_v: impl FnOnce(&mut [f32], &mut [f32]),
+) {
+    let (hd, rows) = (view.kv.head_dim, t * g);
+    if view.softcap.is_some() || rows > MAX_ROWS {
+        // SAFETY: the caller's contract.
+        unsafe { super::avx2_attn::softmax_rows(view, t, g, n_ctx, start, scores, lse) };
+        return sum_v(scores, out);
+    }
+    let mut norm = [1.0f32; MAX_ROWS];
+    let norm = &mut norm[..rows];
+    // SAFETY: the caller's contract.
+    unsafe { softmax_rows(view, t, g, n_ctx, start, row_max, scores, lse, norm) };
+    sum_v(scores, out);
+    for (o, &n) in out.chunks_exact_mut(hd).zip(norm.iter()) {
+        o.iter_mut().for_each(|x| *x *= n);
     }
 }
 
@@ -270,13 +300,14 @@ const MAX_ROWS: usize = 64;
 /// 1, which the V sum's weight quantization needs no better), and
 /// `norm[r]` gets the `1 / sum` its V sum is multiplied by afterwards (0
 /// for a row that sees nothing). Positions a row does not see are 0;
-/// `lse` gets each row's log-sum-exp. No soft-capping. A row that sees
-/// exactly the scored positions `start..` takes its largest score from
-/// `row_max` ([`scores_q8`]'s) rather than a pass of its own.
+/// `lse` gets each row's log-sum-exp. No soft-capping. Given `row_max`
+/// ([`scores_q8`]'s), a row that sees exactly the scored positions
+/// `start..` takes its largest score from there rather than a pass of its
+/// own.
 ///
 /// # Safety
 /// AVX-512 F/BW/VL/VNNI are available; `scores` holds `t * g` rows of the tile's
-/// stride, `row_max` and `norm` `t * g` values.
+/// stride, `norm` (and `row_max` where given) `t * g` values.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn softmax_rows(
@@ -285,7 +316,7 @@ unsafe fn softmax_rows(
     g: usize,
     n_ctx: usize,
     start: usize,
-    row_max: &[f32],
+    row_max: Option<&[f32]>,
     scores: &mut [f32],
     mut lse: Option<&mut [f32]>,
     norm: &mut [f32],
@@ -304,8 +335,8 @@ unsafe fn softmax_rows(
         let tail_mask = ((1u32 << tail) - 1) as __mmask16;
         let body = x.len() - tail as usize;
         let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
-        let max = if (lo, len) == (start, n_last) {
-            row_max[r]
+        let max = if let Some(m) = row_max.filter(|_| (lo, len) == (start, n_last)) {
+            m[r]
         } else {
             let mut m = ninf;
             // SAFETY: every load is of 16 floats inside `x` (the tail's
