@@ -130,7 +130,7 @@ unsafe fn gelu_mul16(g: &mut [f32; 16], u: &[f32; 16]) {
 }
 
 /// `exp(x)` per lane: the AVX2 tier's `exp8` (Cephes' range reduction and
-/// degree-5 polynomial) on sixteen lanes, scaled by `vscalefps`.
+/// degree-5 polynomial) on sixteen lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(super) fn exp16(x: __m512) -> __m512 {
@@ -152,8 +152,11 @@ pub(super) fn exp16(x: __m512) -> __m512 {
         _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r),
         _mm512_set1_ps(1.0),
     );
-    // `y * 2^n` in one instruction (the AVX2 tier builds 2^n's bits).
-    _mm512_scalef_ps(y, n)
+    let pow2 = _mm512_slli_epi32::<23>(_mm512_add_epi32(
+        _mm512_cvtps_epi32(n),
+        _mm512_set1_epi32(127),
+    ));
+    _mm512_mul_ps(y, _mm512_castsi512_ps(pow2))
 }
 
 /// Quantizes activations to Q8_0 blocks (`x.len()` a multiple of 32), bit

@@ -91,31 +91,6 @@ pub(crate) unsafe fn scores_q8(
             let d = _mm512_add_epi32(d2[0], d2[1]);
             _mm512_cvtepi32_ps(_mm512_sub_epi32(d, _mm512_set1_epi32(qoff[r * nb + b])))
         };
-        if nb == 2 {
-            // A 64-value head: both blocks transposed up front, each row's
-            // scores finished in registers.
-            // SAFETY: every pointer in `ptr` starts a whole row of two
-            // blocks (a bounds-checked slice of `k`, or `zero`).
-            let ((k0, d0), (k1, d1)) = unsafe {
-                (
-                    transpose_block(&ptr, 0, flip, lo_idx, hi_idx),
-                    transpose_block(&ptr, BLOCK_BYTES, flip, lo_idx, hi_idx),
-                )
-            };
-            for (r, m) in max.iter_mut().enumerate() {
-                let s0 =
-                    _mm512_mul_ps(dot(&k0, r, 0), _mm512_mul_ps(d0, _mm512_set1_ps(qd[r * 2])));
-                let f = _mm512_fmadd_ps(
-                    dot(&k1, r, 1),
-                    _mm512_mul_ps(d1, _mm512_set1_ps(qd[r * 2 + 1])),
-                    s0,
-                );
-                *m = _mm512_mask_max_ps(*m, real, *m, f);
-                // SAFETY: `store` keeps the store inside row `r` (`w - p0` lanes).
-                unsafe { _mm512_mask_storeu_ps(scores[r * w + p0..].as_mut_ptr(), store, f) };
-            }
-            continue;
-        }
         // Each row's sixteen scores build up in `acc` over the blocks (full
         // stores and loads, which forward), then go out once, masked to
         // the lanes inside the scores row.
