@@ -78,6 +78,7 @@ pub fn attend_tile_avx512(
             KvRows::Quant(KvType::Q8_0 | KvType::Q4_0, k) if v.kv.head_dim.is_multiple_of(32) => unsafe {
                 super::avx512_attn::tile_q8k(v, k, q, t, g, n, s, o, l)
             },
+            // SAFETY: as for the arm above.
             _ => unsafe { tile_impl_avx512(v, q, t, g, n, s, o, l) },
         },
     )

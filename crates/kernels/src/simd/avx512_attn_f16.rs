@@ -57,6 +57,7 @@ pub(super) unsafe fn finish_tile(
                 view, t, g, n_ctx, start, None, scores, lse, out, sum,
             );
         },
+        // SAFETY: as above; the AVX2 tile's finish needs less than this tier has.
         _ => unsafe { super::avx2_attn::finish_tile(view, t, g, n_ctx, start, scores, out, lse) },
     }
 }
