@@ -380,11 +380,16 @@ fn pipe(
     let reqs2 = reqs.clone();
     std::thread::spawn(move || {
         let mut buf = [0u8; 8192];
+        // Record before forwarding: once the server has the bytes it may
+        // answer, and the test read `requests()`, before this thread runs on.
         while let Ok(k) = c2.read(&mut buf) {
-            if k == 0 || s2.write_all(&buf[..k]).is_err() {
+            if k == 0 {
                 break;
             }
             reqs2.lock().unwrap()[idx].push_str(&String::from_utf8_lossy(&buf[..k]));
+            if s2.write_all(&buf[..k]).is_err() {
+                break;
+            }
         }
         let _ = s2.shutdown(Shutdown::Write);
     });
