@@ -93,21 +93,26 @@ fn streamed(
                 head_dim: hd,
             };
             par_chunks(&mut out, gq, threads, |first, piece| {
-                let mut sc = vec![0.0; tile_scores_len(1, group, ctx)];
-                for (i, o) in piece.chunks_exact_mut(gq).enumerate() {
-                    let k = first + i;
-                    let view = HeadView {
-                        kv: paged,
-                        table: &table,
-                        kvh: k,
-                        scale: 1.0 / (hd as f32).sqrt(),
-                        window: None,
-                        softcap: None,
-                        from: 0,
-                        until: usize::MAX,
-                    };
-                    attend_tile(&view, &q[k * gq..(k + 1) * gq], 1, ctx, &mut sc, o);
-                }
+                // Scores scratch kept per thread, as the model keeps it (a
+                // fresh one per layer costs page faults the model does not pay).
+                thread_local!(static SCORES: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) });
+                SCORES.with_borrow_mut(|sc| {
+                    sc.resize(tile_scores_len(1, group, ctx), 0.0);
+                    for (i, o) in piece.chunks_exact_mut(gq).enumerate() {
+                        let k = first + i;
+                        let view = HeadView {
+                            kv: paged,
+                            table: &table,
+                            kvh: k,
+                            scale: 1.0 / (hd as f32).sqrt(),
+                            window: None,
+                            softcap: None,
+                            from: 0,
+                            until: usize::MAX,
+                        };
+                        attend_tile(&view, &q[k * gq..(k + 1) * gq], 1, ctx, sc, o);
+                    }
+                });
             });
         }
         t0.elapsed().as_secs_f64()
