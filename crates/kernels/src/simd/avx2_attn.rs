@@ -20,11 +20,11 @@ use crate::rows::{HeadView, KvRows, KvType};
 use std::arch::x86_64::*;
 
 /// Widest head handled here (others take the reference).
-pub(super) const MAX_HEAD_DIM: usize = 256;
+const MAX_HEAD_DIM: usize = 256;
 /// Cache rows widened per block.
-pub(super) const ROWS: usize = 8;
+const ROWS: usize = 8;
 /// Positions ahead of the block being computed whose rows are prefetched.
-pub(super) const PREFETCH_AHEAD: usize = 2 * ROWS;
+const PREFETCH_AHEAD: usize = 2 * ROWS;
 
 /// See [`crate::attention::attend_tile`].
 pub fn attend_tile(
@@ -77,29 +77,6 @@ pub fn attend_tile_avx512(
             // AVX-512 F/BW/VL/VNNI were detected; lengths checked by `checked`.
             KvRows::Quant(KvType::Q8_0 | KvType::Q4_0, k) if v.kv.head_dim.is_multiple_of(32) => unsafe {
                 super::avx512_attn::tile_q8k(v, k, q, t, g, n, s, o, l)
-            },
-            // A decode token over an f16 cache: one pass (positions from a
-            // multiple of 8, no soft cap).
-            // SAFETY: as for the arm above.
-            KvRows::F16(_)
-                if t == 1
-                    && v.softcap.is_none()
-                    && v.kv.head_dim.is_multiple_of(32)
-                    && v.first_visible(n).is_multiple_of(ROWS) =>
-            unsafe {
-                match v.kv.v {
-                    KvRows::F16(vv) => super::avx512_flash::flash_f16(
-                        v,
-                        vv,
-                        q,
-                        g,
-                        v.first_visible(n),
-                        v.visible_end(n),
-                        o,
-                        l,
-                    ),
-                    _ => tile_impl_avx512(v, q, t, g, n, s, o, l),
-                }
             },
             // SAFETY: as for the arm above.
             _ => unsafe { tile_impl_avx512(v, q, t, g, n, s, o, l) },
@@ -171,7 +148,7 @@ fn row_indices(view: &HeadView<'_>, p0: usize, n: usize) -> [usize; ROWS] {
 /// prefetcher loses at every page.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn prefetch_rows(view: &HeadView<'_>, cache: KvRows<'_>, p0: usize, n: usize) {
+fn prefetch_rows(view: &HeadView<'_>, cache: KvRows<'_>, p0: usize, n: usize) {
     let hd = view.kv.head_dim;
     let (base, row_bytes) = match cache {
         KvRows::F16(c) => (c.as_ptr() as *const u8, 2 * hd),
@@ -200,7 +177,7 @@ pub(super) fn prefetch_rows(view: &HeadView<'_>, cache: KvRows<'_>, p0: usize, n
 /// (K or V, f16 or quantized) into `block`, zeroing the rows past `n_rows`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn widen_block(
+fn widen_block(
     view: &HeadView<'_>,
     cache: KvRows<'_>,
     p0: usize,
@@ -436,7 +413,7 @@ pub(super) unsafe fn softmax_rows(
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn score_rows<const R: usize>(
+unsafe fn score_rows<const R: usize>(
     q: &[f32],
     hd: usize,
     block: &[f32; ROWS * MAX_HEAD_DIM],

@@ -60,135 +60,55 @@ pub(crate) unsafe fn scores_q8(
     scores: &mut [f32],
     row_max: &mut [f32],
 ) {
-    let head = HeadRows::new(view, view.kv.k.ty());
-    let mut s = Scratch::new(rows);
-    let span = Span {
-        start,
-        n_last,
-        w,
-        base: 0,
-    };
-    // SAFETY: the caller's contract.
-    unsafe {
-        scores_span(
-            &head,
-            k,
-            qq,
-            view.kv.head_dim,
-            rows,
-            span,
-            scores,
-            row_max,
-            &mut s,
-        )
-    }
-}
-
-/// Positions `start..n_last` of a kernel call, kept in rows of stride `w`
-/// from position `base` (position `p` of row `r` at `r * w + p - base`).
-#[derive(Clone, Copy)]
-pub(super) struct Span {
-    pub(super) start: usize,
-    pub(super) n_last: usize,
-    pub(super) w: usize,
-    pub(super) base: usize,
-}
-
-/// Working memory of the integer kernels, made once per tile.
-pub(super) struct Scratch {
-    /// Q4_0 rows widened to Q8_0 ([`HeadRows::rows`]).
-    wide: Wide,
-    /// Sixteen scores per query row, built up over a row's blocks.
-    acc: Vec<f32>,
-    /// Per query row, the largest score so far.
-    max: Vec<__m512>,
-    /// A transposed V chunk: [group of 4 positions][64-value slice][register][64 bytes].
-    vt: [u8; V_CHUNK / 4 * (256 / 64) * 4 * 64],
-}
-
-impl Scratch {
-    /// Scratch for tiles of `rows` query rows.
-    pub(super) fn new(rows: usize) -> Self {
-        Scratch {
-            wide: [0; LANES * MAX_ROW],
-            acc: vec![0.0; rows * LANES],
-            // SAFETY: an all-zero bit pattern is a valid `__m512`.
-            max: vec![unsafe { std::mem::zeroed() }; rows],
-            vt: [0; V_CHUNK / 4 * (256 / 64) * 4 * 64],
-        }
-    }
-}
-
-/// What a row past the cache's last position reads: zeros.
-static ZERO: [u8; MAX_ROW] = [0; MAX_ROW];
-
-/// [`scores_q8`] over `span` with the caller's scratch (made for at least
-/// `rows` rows): scores stored at `scores[r * w + p - base]`, each row's
-/// largest into `row_max`.
-///
-/// # Safety
-/// As [`scores_q8`], with `span.start >= span.base` and `scores` holding
-/// `rows * span.w` values.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn scores_span(
-    head: &HeadRows<'_>,
-    k: &[u8],
-    qq: &QuantQuery,
-    hd: usize,
-    rows: usize,
-    span: Span,
-    scores: &mut [f32],
-    row_max: &mut [f32],
-    s: &mut Scratch,
-) {
-    let Span {
-        start,
-        n_last,
-        w,
-        base,
-    } = span;
+    let hd = view.kv.head_dim;
     let nb = hd / QK;
+    let zero = [0u8; MAX_ROW];
+    let head = HeadRows::new(view, view.kv.k.ty());
+    let mut wide: Wide = [0; LANES * MAX_ROW];
     let flip = _mm512_set1_epi8(-128);
     let lo_idx = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
     let hi_idx = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
-    let (acc, max) = (&mut s.acc[..rows * LANES], &mut s.max[..rows]);
-    max.fill(_mm512_set1_ps(f32::NEG_INFINITY));
+    let mut acc = vec![0.0f32; rows * LANES];
+    let mut max = vec![_mm512_set1_ps(f32::NEG_INFINITY); rows];
     let (q, qd, qoff) = (
         &qq.q[..rows * hd],
         &qq.d[..rows * nb],
         &qq.offset[..rows * nb],
     );
     for p0 in (start..n_last).step_by(LANES) {
-        let ptr = head.rows(k, p0, n_last, &ZERO, &mut s.wide);
-        let store: __mmask16 = ((1u32 << (w - (p0 - base)).min(LANES)) - 1) as u16;
+        let ptr = head.rows(k, p0, n_last, &zero, &mut wide);
+        let store: __mmask16 = ((1u32 << (w - p0).min(LANES)) - 1) as u16;
         let real: __mmask16 = ((1u32 << (n_last - p0).min(LANES)) - 1) as u16;
         // One query row's dot product with the transposed block `kt`,
         // less the unsigned K's offset, as floats.
         let dot = |kt: &[__m512i; 8], r: usize, b: usize| {
             let qb = &q[r * hd + b * QK..][..QK];
-            let mut d2 = [_mm512_set1_epi32(-qoff[r * nb + b]), _mm512_setzero_si512()];
+            let mut d2 = [_mm512_setzero_si512(); 2];
             for (d, kd) in kt.iter().enumerate() {
                 let qv = i32::from_le_bytes(std::array::from_fn(|i| qb[4 * d + i] as u8));
                 d2[d % 2] = _mm512_dpbusd_epi32(d2[d % 2], *kd, _mm512_set1_epi32(qv));
             }
-            _mm512_cvtepi32_ps(_mm512_add_epi32(d2[0], d2[1]))
+            let d = _mm512_add_epi32(d2[0], d2[1]);
+            _mm512_cvtepi32_ps(_mm512_sub_epi32(d, _mm512_set1_epi32(qoff[r * nb + b])))
         };
         // Each row's sixteen scores build up in `acc` over the blocks (full
         // stores and loads, which forward), then go out once, masked to
         // the lanes inside the scores row.
         for b in 0..nb {
             // SAFETY: every pointer in `ptr` starts a whole row of `nb`
-            // blocks (a bounds-checked slice of `k`, or `ZERO`).
+            // blocks (a bounds-checked slice of `k`, or `zero`).
             let (kt, dk) = unsafe { transpose_block(&ptr, b * BLOCK_BYTES, flip, lo_idx, hi_idx) };
             for (r, a) in acc.chunks_exact_mut(LANES).enumerate() {
-                let dq = _mm512_mul_ps(dk, _mm512_set1_ps(qd[r * nb + b]));
+                let f = _mm512_mul_ps(
+                    dot(&kt, r, b),
+                    _mm512_mul_ps(dk, _mm512_set1_ps(qd[r * nb + b])),
+                );
                 // SAFETY: `a` holds 16 floats.
                 unsafe {
                     let f = if b == 0 {
-                        _mm512_mul_ps(dot(&kt, r, b), dq)
+                        f
                     } else {
-                        _mm512_fmadd_ps(dot(&kt, r, b), dq, _mm512_loadu_ps(a.as_ptr()))
+                        _mm512_add_ps(_mm512_loadu_ps(a.as_ptr()), f)
                     };
                     _mm512_storeu_ps(a.as_mut_ptr(), f);
                 }
@@ -196,15 +116,15 @@ pub(super) unsafe fn scores_span(
         }
         for ((r, a), m) in acc.chunks_exact(LANES).enumerate().zip(max.iter_mut()) {
             // SAFETY: `a` holds 16 floats; `store` keeps the store inside
-            // row `r` (`w - (p0 - base)` lanes).
+            // row `r` (`w - p0` lanes).
             unsafe {
                 let f = _mm512_loadu_ps(a.as_ptr());
                 *m = _mm512_mask_max_ps(*m, real, *m, f);
-                _mm512_mask_storeu_ps(scores[r * w + p0 - base..].as_mut_ptr(), store, f)
+                _mm512_mask_storeu_ps(scores[r * w + p0..].as_mut_ptr(), store, f)
             };
         }
     }
-    for (o, m) in row_max[..rows].iter_mut().zip(max.iter()) {
+    for (o, m) in row_max[..rows].iter_mut().zip(&max) {
         *o = _mm512_reduce_max_ps(*m);
     }
 }
@@ -289,19 +209,6 @@ pub(super) unsafe fn tile_q8k(
     let start = view.first_visible(n_ctx) / 8 * 8;
     let (hd, rows) = (view.kv.head_dim, t * g);
     let qq = quantize_query(q, rows, hd, view.scale);
-    let int_v = matches!(view.kv.v, KvRows::Quant(KvType::Q8_0 | KvType::Q4_0, _));
-    if let (true, 1, None, KvRows::Quant(_, v)) = (
-        int_v && hd.is_multiple_of(64) && view.first_visible(n_ctx) == start,
-        t,
-        view.softcap,
-        view.kv.v,
-    ) {
-        // SAFETY: the caller's contract; one token's rows all see exactly
-        // `start..n_last`.
-        return unsafe {
-            super::avx512_flash::flash_q8(view, k, v, &qq, rows, start, n_last, out, lse)
-        };
-    }
     // SAFETY: the caller's contract.
     unsafe {
         let mut row_max = vec![0.0f32; rows];
@@ -476,170 +383,126 @@ pub(crate) unsafe fn weighted_v_q8(
     w: usize,
     out: &mut [f32],
 ) {
-    let hd = view.kv.head_dim;
-    let head = HeadRows::new(view, view.kv.v.ty());
-    let mut s = Scratch::new(rows);
-    let mut acc_f = vec![0.0f32; rows * hd];
-    for p0 in (start..n_last).step_by(V_CHUNK) {
-        let span = Span {
-            start: p0,
-            n_last,
-            w,
-            base: 0,
-        };
-        // SAFETY: the caller's contract.
-        unsafe { v_chunk(&head, v, probs, hd, rows, span, &mut acc_f, &mut s) };
-    }
-    for (o, a) in out
-        .chunks_exact_mut(hd)
-        .zip(acc_f.chunks_exact(hd))
-        .take(rows)
-    {
-        unpermute(a, o, 1.0);
-    }
-}
-
-/// `o = scale * a` with `a` a row of [`v_chunk`]'s accumulators, whose
-/// dimensions are in the transpose's order: register `i` of slice `z`,
-/// lane `l` holds dimension `64 z + 16 (l / 4) + 4 i + l % 4`.
-pub(super) fn unpermute(a: &[f32], o: &mut [f32], scale: f32) {
-    for z in 0..a.len() / 64 {
-        for i in 0..4 {
-            for l in 0..16 {
-                o[64 * z + 16 * (l / 4) + 4 * i + l % 4] = a[(z * 4 + i) * 16 + l] * scale;
-            }
-        }
-    }
-}
-
-/// One chunk of [`weighted_v_q8`]: the [`V_CHUNK`] positions from
-/// `span.start` (V rows to `span.n_last`, zero past it), their weights at
-/// `probs[r * w + p - base]` (lanes past `w` read as 0), added into the
-/// accumulators `acc_f` (`rows * hd`, in the transpose's order; see
-/// [`unpermute`]).
-///
-/// # Safety
-/// As [`weighted_v_q8`], with `span.start >= span.base` and `probs` holding
-/// `rows * span.w` values.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn v_chunk(
-    head: &HeadRows<'_>,
-    v: &[u8],
-    probs: &[f32],
-    hd: usize,
-    rows: usize,
-    span: Span,
-    acc_f: &mut [f32],
-    s: &mut Scratch,
-) {
     const SUB: usize = V_CHUNK / LANES;
-    let Span {
-        start: p0,
-        n_last,
-        w,
-        base,
-    } = span;
+    let hd = view.kv.head_dim;
     let (nb, nz) = (hd / QK, hd / 64);
+    let zero = [0u8; MAX_ROW];
+    let head = HeadRows::new(view, view.kv.v.ty());
+    let mut wide: Wide = [0; LANES * MAX_ROW];
+    // Transposed chunk: [group of 4 positions][64-value slice][register][64 bytes].
+    let mut vt = [0u8; V_CHUNK / 4 * (256 / 64) * 4 * 64];
+    let mut acc_f = vec![0.0f32; rows * hd];
     let tiny = _mm512_set1_ps(MIN_WEIGHT_MAX);
-    // Per sixteen-position half: the weights' lanes inside the
-    // weights row, and each V block's scales times 65535 over the
-    // chunk's largest scale of that block (shared by all rows).
-    let mut mask = [0 as __mmask16; SUB];
-    let mut dvs = [[_mm512_setzero_ps(); SUB]; 8];
-    let mut dmax = [0.0f32; 8];
-    for h in 0..SUB {
-        let q0 = p0 + h * LANES;
-        mask[h] = ((1u32 << w.saturating_sub(q0 - base).min(LANES)) - 1) as u16;
-        let ptr = head.rows(v, q0, n_last, &ZERO, &mut s.wide);
-        // SAFETY: every pointer in `ptr` starts a whole row of `nb`
-        // blocks; `vt` holds `V_CHUNK / 4 * nz * 4` registers.
-        unsafe {
-            transpose_v(&ptr, nz, s.vt[h * 4 * nz * 4 * 64..].as_mut_ptr());
-            for b in 0..nb {
-                dvs[b][h] = block_scales(&ptr, b * BLOCK_BYTES);
-            }
-        }
-    }
-    for b in 0..nb {
-        let m = dvs[b].iter().fold(tiny, |m, d| _mm512_max_ps(m, *d));
-        dmax[b] = _mm512_reduce_max_ps(m);
-        let c = _mm512_set1_ps(WEIGHT_MAX / dmax[b]);
-        for d in dvs[b].iter_mut() {
-            *d = _mm512_mul_ps(*d, c);
-        }
-    }
-    for r in 0..rows {
-        let pr: [__m512; SUB] = std::array::from_fn(|h| {
-            if mask[h] == 0 {
-                return _mm512_setzero_ps();
-            }
-            // SAFETY: `mask` keeps the load inside row `r` of `probs`.
+    for p0 in (start..n_last).step_by(V_CHUNK) {
+        // Per sixteen-position half: the weights' lanes inside the
+        // weights row, and each V block's scales times 65535 over the
+        // chunk's largest scale of that block (shared by all rows).
+        let mut mask = [0 as __mmask16; SUB];
+        let mut dvs = [[_mm512_setzero_ps(); SUB]; 8];
+        let mut dmax = [0.0f32; 8];
+        for h in 0..SUB {
+            let q0 = p0 + h * LANES;
+            mask[h] = ((1u32 << w.saturating_sub(q0).min(LANES)) - 1) as u16;
+            let ptr = head.rows(v, q0, n_last, &zero, &mut wide);
+            // SAFETY: every pointer in `ptr` starts a whole row of `nb`
+            // blocks; `vt` holds `V_CHUNK / 4 * nz * 4` registers.
             unsafe {
-                _mm512_maskz_loadu_ps(mask[h], probs[r * w + p0 - base + h * LANES..].as_ptr())
-            }
-        });
-        let pmax = _mm512_reduce_max_ps(pr.iter().fold(tiny, |m, p| _mm512_max_ps(m, *p)));
-        let inv = _mm512_set1_ps(1.0 / pmax);
-        let pr = pr.map(|p| _mm512_mul_ps(p, inv));
-        // Block `b`'s weights of half `h` as high and low bytes (kept in
-        // registers: a byte store read back as a vector does not
-        // forward).
-        let quant = |b: usize, h: usize| {
-            let q = _mm512_cvtps_epi32(_mm512_mul_ps(pr[h], dvs[b][h]));
-            let hi = _mm512_cvtusepi32_epi8(_mm512_srli_epi32::<8>(q));
-            let lo = _mm512_cvtepi32_epi8(_mm512_and_si512(q, _mm512_set1_epi32(0xff)));
-            (hi, lo)
-        };
-        // Block 2z's bytes `u0` in the low 256 bits, block 2z + 1's `u1`
-        // in the high; dword `grp` of each 128-bit lane holds the
-        // weights of positions 4 grp..4 grp + 4 of the half.
-        let spread = |u0: __m128i, u1: __m128i| {
-            let both = _mm512_inserti64x4::<1>(
-                _mm512_broadcast_i32x4(u0),
-                _mm256_broadcastsi128_si256(u1),
-            );
-            [
-                _mm512_shuffle_epi32::<0x00>(both),
-                _mm512_shuffle_epi32::<0x55>(both),
-                _mm512_shuffle_epi32::<0xaa>(both),
-                _mm512_shuffle_epi32::<0xff>(both),
-            ]
-        };
-        for z in 0..nz {
-            let mut hi = [_mm512_setzero_si512(); 4];
-            let mut lo = [_mm512_setzero_si512(); 4];
-            for h in 0..SUB {
-                let ((h0, l0), (h1, l1)) = (quant(2 * z, h), quant(2 * z + 1, h));
-                let (wh, wl) = (spread(h0, h1), spread(l0, l1));
-                for grp in 0..4 {
-                    let at = (((h * 4 + grp) * nz + z) * 4) * 64;
-                    for i in 0..4 {
-                        // SAFETY: register `i` of slice `z` of group
-                        // `grp` of half `h` lies in `vt`.
-                        let vr =
-                            unsafe { _mm512_loadu_si512(s.vt[at + i * 64..].as_ptr() as *const _) };
-                        hi[i] = _mm512_dpbusd_epi32(hi[i], wh[grp], vr);
-                        lo[i] = _mm512_dpbusd_epi32(lo[i], wl[grp], vr);
-                    }
+                transpose_v(&ptr, nz, vt[h * 4 * nz * 4 * 64..].as_mut_ptr());
+                for b in 0..nb {
+                    dvs[b][h] = block_scales(&ptr, b * BLOCK_BYTES);
                 }
             }
-            let scale = |b: usize| pmax * dmax[b] * (1.0 / WEIGHT_MAX);
-            let s = _mm512_mask_blend_ps(
-                0xff00,
-                _mm512_set1_ps(scale(2 * z)),
-                _mm512_set1_ps(scale(2 * z + 1)),
-            );
+        }
+        for b in 0..nb {
+            let m = dvs[b].iter().fold(tiny, |m, d| _mm512_max_ps(m, *d));
+            dmax[b] = _mm512_reduce_max_ps(m);
+            let c = _mm512_set1_ps(WEIGHT_MAX / dmax[b]);
+            for d in dvs[b].iter_mut() {
+                *d = _mm512_mul_ps(*d, c);
+            }
+        }
+        for r in 0..rows {
+            let pr: [__m512; SUB] = std::array::from_fn(|h| {
+                if mask[h] == 0 {
+                    return _mm512_setzero_ps();
+                }
+                // SAFETY: `mask` keeps the load inside row `r` of `probs`.
+                unsafe { _mm512_maskz_loadu_ps(mask[h], probs[r * w + p0 + h * LANES..].as_ptr()) }
+            });
+            let pmax = _mm512_reduce_max_ps(pr.iter().fold(tiny, |m, p| _mm512_max_ps(m, *p)));
+            let inv = _mm512_set1_ps(1.0 / pmax);
+            let pr = pr.map(|p| _mm512_mul_ps(p, inv));
+            // Block `b`'s weights of half `h` as high and low bytes (kept in
+            // registers: a byte store read back as a vector does not
+            // forward).
+            let quant = |b: usize, h: usize| {
+                let q = _mm512_cvtps_epi32(_mm512_mul_ps(pr[h], dvs[b][h]));
+                let hi = _mm512_cvtusepi32_epi8(_mm512_srli_epi32::<8>(q));
+                let lo = _mm512_cvtepi32_epi8(_mm512_and_si512(q, _mm512_set1_epi32(0xff)));
+                (hi, lo)
+            };
+            // Block 2z's bytes `u0` in the low 256 bits, block 2z + 1's `u1`
+            // in the high; dword `grp` of each 128-bit lane holds the
+            // weights of positions 4 grp..4 grp + 4 of the half.
+            let spread = |u0: __m128i, u1: __m128i| {
+                let both = _mm512_inserti64x4::<1>(
+                    _mm512_broadcast_i32x4(u0),
+                    _mm256_broadcastsi128_si256(u1),
+                );
+                [
+                    _mm512_shuffle_epi32::<0x00>(both),
+                    _mm512_shuffle_epi32::<0x55>(both),
+                    _mm512_shuffle_epi32::<0xaa>(both),
+                    _mm512_shuffle_epi32::<0xff>(both),
+                ]
+            };
+            for z in 0..nz {
+                let mut hi = [_mm512_setzero_si512(); 4];
+                let mut lo = [_mm512_setzero_si512(); 4];
+                for h in 0..SUB {
+                    let ((h0, l0), (h1, l1)) = (quant(2 * z, h), quant(2 * z + 1, h));
+                    let (wh, wl) = (spread(h0, h1), spread(l0, l1));
+                    for grp in 0..4 {
+                        let at = (((h * 4 + grp) * nz + z) * 4) * 64;
+                        for i in 0..4 {
+                            // SAFETY: register `i` of slice `z` of group
+                            // `grp` of half `h` lies in `vt`.
+                            let vr = unsafe {
+                                _mm512_loadu_si512(vt[at + i * 64..].as_ptr() as *const _)
+                            };
+                            hi[i] = _mm512_dpbusd_epi32(hi[i], wh[grp], vr);
+                            lo[i] = _mm512_dpbusd_epi32(lo[i], wl[grp], vr);
+                        }
+                    }
+                }
+                let scale = |b: usize| pmax * dmax[b] * (1.0 / WEIGHT_MAX);
+                let s = _mm512_mask_blend_ps(
+                    0xff00,
+                    _mm512_set1_ps(scale(2 * z)),
+                    _mm512_set1_ps(scale(2 * z + 1)),
+                );
+                for i in 0..4 {
+                    let a = _mm512_add_epi32(_mm512_slli_epi32::<8>(hi[i]), lo[i]);
+                    let o = acc_f[r * hd + (z * 4 + i) * 16..].as_mut_ptr();
+                    // SAFETY: 16 floats of row `r` from `(z * 4 + i) * 16 < hd`.
+                    unsafe {
+                        _mm512_storeu_ps(
+                            o,
+                            _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), s, _mm512_loadu_ps(o)),
+                        )
+                    };
+                }
+            }
+        }
+    }
+    // Register `i` of slice `z`, lane `l`: dimension `64 z + 16 (l / 4) + 4 i + l % 4`.
+    for r in 0..rows {
+        for z in 0..nz {
             for i in 0..4 {
-                let a = _mm512_add_epi32(_mm512_slli_epi32::<8>(hi[i]), lo[i]);
-                let o = acc_f[r * hd + (z * 4 + i) * 16..].as_mut_ptr();
-                // SAFETY: 16 floats of row `r` from `(z * 4 + i) * 16 < hd`.
-                unsafe {
-                    _mm512_storeu_ps(
-                        o,
-                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), s, _mm512_loadu_ps(o)),
-                    )
-                };
+                for l in 0..16 {
+                    out[r * hd + 64 * z + 16 * (l / 4) + 4 * i + l % 4] =
+                        acc_f[r * hd + (z * 4 + i) * 16 + l];
+                }
             }
         }
     }

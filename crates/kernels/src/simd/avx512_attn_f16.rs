@@ -20,7 +20,7 @@ use half::f16;
 use std::arch::x86_64::*;
 
 /// Positions per chunk (64 rows of a 64-value head: 8 KiB).
-pub(super) const CHUNK: usize = 64;
+const CHUNK: usize = 64;
 /// Query rows summed together (two accumulators each).
 const GROUP: usize = 8;
 
@@ -95,42 +95,22 @@ pub(crate) unsafe fn weighted_v_f16(
                 _mm_prefetch::<_MM_HINT_T0>((p as *const i8).wrapping_add(line));
             }
         }
-        // SAFETY: `ptr[..n]` start rows of `hd` halfs; the rows of `probs`
-        // hold the positions `p0..p0 + n` (`p0 + n <= n_last <= w`).
-        unsafe { sum_rows(&ptr[..n], hd, probs, w, p0, rows, out) };
-    }
-}
-
-/// Adds the weighted rows `ptr` (positions `p0..`) to the `rows` query
-/// rows of `out`, [`GROUP`] query rows at a time.
-///
-/// # Safety
-/// As [`group`], for query rows `0..rows`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-pub(super) unsafe fn sum_rows(
-    ptr: &[*const f16],
-    hd: usize,
-    probs: &[f32],
-    w: usize,
-    p0: usize,
-    rows: usize,
-    out: &mut [f32],
-) {
-    let mut r0 = 0;
-    while r0 < rows {
-        // SAFETY: the caller's contract.
-        unsafe {
-            r0 += match rows - r0 {
-                1 => group::<1>(ptr, hd, probs, w, p0, r0, out),
-                2 => group::<2>(ptr, hd, probs, w, p0, r0, out),
-                3 => group::<3>(ptr, hd, probs, w, p0, r0, out),
-                4 => group::<4>(ptr, hd, probs, w, p0, r0, out),
-                5 => group::<5>(ptr, hd, probs, w, p0, r0, out),
-                6 => group::<6>(ptr, hd, probs, w, p0, r0, out),
-                7 => group::<7>(ptr, hd, probs, w, p0, r0, out),
-                _ => group::<GROUP>(ptr, hd, probs, w, p0, r0, out),
-            };
+        let mut r0 = 0;
+        while r0 < rows {
+            // SAFETY: `ptr[..n]` start rows of `hd` halfs; rows `r0..` of
+            // `probs` hold the positions `p0..p0 + n` (`p0 + n <= n_last <= w`).
+            unsafe {
+                r0 += match rows - r0 {
+                    1 => group::<1>(&ptr[..n], hd, probs, w, p0, r0, out),
+                    2 => group::<2>(&ptr[..n], hd, probs, w, p0, r0, out),
+                    3 => group::<3>(&ptr[..n], hd, probs, w, p0, r0, out),
+                    4 => group::<4>(&ptr[..n], hd, probs, w, p0, r0, out),
+                    5 => group::<5>(&ptr[..n], hd, probs, w, p0, r0, out),
+                    6 => group::<6>(&ptr[..n], hd, probs, w, p0, r0, out),
+                    7 => group::<7>(&ptr[..n], hd, probs, w, p0, r0, out),
+                    _ => group::<GROUP>(&ptr[..n], hd, probs, w, p0, r0, out),
+                };
+            }
         }
     }
 }
@@ -139,7 +119,7 @@ pub(super) unsafe fn sum_rows(
 /// of `view`'s head in `v`, as pointers into bounds-checked slices, and
 /// how many there are.
 #[inline(always)]
-pub(super) fn chunk_rows(
+fn chunk_rows(
     view: &HeadView<'_>,
     v: &[f16],
     p0: usize,

@@ -18,8 +18,6 @@ pub mod avx512_attn;
 #[cfg(target_arch = "x86_64")]
 mod avx512_attn_f16;
 #[cfg(target_arch = "x86_64")]
-mod avx512_flash;
-#[cfg(target_arch = "x86_64")]
 pub mod avx512_k16;
 #[cfg(target_arch = "x86_64")]
 mod avx512_rows;
