@@ -21,9 +21,9 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 [ -x "$venv/bin/pip" ] && "$venv/bin/pip" install --quiet --disable-pip-version-check "openai>=1.50,<3" "anthropic>=0.40,<1" "jsonschema>=4,<5"
 
-# The test profile (optimized, see Cargo.toml) shares `cargo test`'s build.
-cargo build --profile test --quiet -p hasten
-export HASTEN_BIN=${HASTEN_BIN:-$root/target/debug/hasten}
+# The binaries of `cargo test --workspace`'s build (test profile, optimized;
+# see Cargo.toml), built here if missing.
+export HASTEN_BIN=${HASTEN_BIN:-$(bash scripts/lib/test-exe.sh bin hasten)}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export HASTEN_MODEL=$work/tiny.gguf
@@ -32,7 +32,7 @@ export HASTEN_MODEL=$work/tiny.gguf
 
 # A private CA and a certificate for 127.0.0.1, for the HTTPS case.
 export HASTEN_TEST_PKI=$work/pki
-cargo run --profile test --quiet -p hasten-server --example test_certs -- "$HASTEN_TEST_PKI"
+"$(bash scripts/lib/test-exe.sh example test_certs)" "$HASTEN_TEST_PKI"
 
 "$venv/bin/python" tests/openai/test_openai.py
 PYTHONPATH=tests/openai "$venv/bin/python" tests/openai/test_anthropic.py
