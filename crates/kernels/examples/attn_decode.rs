@@ -100,16 +100,7 @@ fn streamed(
                     sc.resize(tile_scores_len(1, group, ctx), 0.0);
                     for (i, o) in piece.chunks_exact_mut(gq).enumerate() {
                         let k = first + i;
-                        let view = HeadView {
-                            kv: paged,
-                            table: &table,
-                            kvh: k,
-                            scale: 1.0 / (hd as f32).sqrt(),
-                            window: None,
-                            softcap: None,
-                            from: 0,
-                            until: usize::MAX,
-                        };
+                        let view = HeadView::whole(paged, &table, k);
                         attend_tile(&view, &q[k * gq..(k + 1) * gq], 1, ctx, sc, o);
                     }
                 });

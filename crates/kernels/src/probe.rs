@@ -268,16 +268,7 @@ pub fn attention_rate(
                 let (kvh, j) = ((first + i) / t, (first + i) % t);
                 let n = TILE.min(items - i).min(t - j);
                 let need = tile_scores_len(n, group, j + 1);
-                let view = HeadView {
-                    kv,
-                    table: &table,
-                    kvh,
-                    scale: 1.0 / (hd as f32).sqrt(),
-                    window: None,
-                    softcap: None,
-                    from: 0,
-                    until: usize::MAX,
-                };
+                let view = HeadView::whole(kv, &table, kvh);
                 let qt = &q[j * gq..(j + n) * gq];
                 let o = &mut piece[i * gq..(i + n) * gq];
                 with_scores(need, |sc| attend_tile(&view, qt, n, j + 1, sc, o));
@@ -420,16 +411,7 @@ pub fn decode_attention_rate(
     let mut out = vec![0.0f32; n_kv_heads * gq];
     let pieces = pieces_for(n_kv_heads, n, threads);
     let item = |k: usize| Item {
-        view: HeadView {
-            kv,
-            table: &table,
-            kvh: k,
-            scale: 1.0 / (hd as f32).sqrt(),
-            window: None,
-            softcap: None,
-            from: 0,
-            until: usize::MAX,
-        },
+        view: HeadView::whole(kv, &table, k),
         q: &q[k * gq..(k + 1) * gq],
         t: 1,
         n_ctx: n,

@@ -264,6 +264,23 @@ pub struct HeadView<'a> {
     pub until: usize,
 }
 
+impl<'a> HeadView<'a> {
+    /// Head `kvh` of `kv` over the whole context: scale `1 / sqrt(head_dim)`,
+    /// no window, no soft cap (what the probes and benchmarks attend).
+    pub fn whole(kv: PagedKv<'a>, table: &'a [u32], kvh: usize) -> Self {
+        HeadView {
+            kv,
+            table,
+            kvh,
+            scale: 1.0 / (kv.head_dim as f32).sqrt(),
+            window: None,
+            softcap: None,
+            from: 0,
+            until: usize::MAX,
+        }
+    }
+}
+
 impl HeadView<'_> {
     /// The first position a query with `n_ctx` positions in view sees
     /// (`n_ctx` when it sees none).
