@@ -85,6 +85,10 @@ pub struct Args {
     /// serve --kv-type`).
     #[arg(long, default_value = "f16", value_parser = crate::parse_kv_type)]
     kv_type: hasten_kernels::attention::KvType,
+    /// Keep every position's K and V in sliding-window layers too (`hasten
+    /// serve --swa-full`); by default they keep only their window.
+    #[arg(long)]
+    swa_full: bool,
     /// Also print the statistics as one JSON object on the last stderr line.
     #[arg(long)]
     json_stats: bool,
@@ -171,6 +175,7 @@ pub fn main(a: Args) -> Result<()> {
             max_draft: a.speculation.max_draft(),
             draft_model: draft,
             kv_type: a.kv_type,
+            swa_full: a.swa_full,
             ..EngineConfig::single(n_prompt + max_new, threads)
         },
     )?;

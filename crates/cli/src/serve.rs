@@ -114,6 +114,12 @@ pub struct Args {
     /// q4_0 (about a quarter; llama.cpp's --cache-type-k/v).
     #[arg(long, default_value = "f16", value_parser = crate::parse_kv_type)]
     kv_type: hasten_kernels::attention::KvType,
+    /// Keep every position's K and V in sliding-window layers too
+    /// (llama.cpp's --swa-full). By default they keep only their window, in
+    /// a pool sized by --max-running, and more context fits (a
+    /// --prefix-cache-dir keeps every position, as its files hold every layer).
+    #[arg(long)]
+    swa_full: bool,
     /// Sequences decoded together at most.
     #[arg(long, default_value_t = 16)]
     max_running: usize,
@@ -236,6 +242,7 @@ pub fn main(a: Args) -> Result<()> {
                 dir,
                 max_bytes: a.prefix_cache_disk_bytes,
             }),
+        swa_full: a.swa_full,
     };
     let draft = a.speculation.draft_model()?.map(|p| p.to_owned());
     let ui = cfg.ui;

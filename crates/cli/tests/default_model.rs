@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{http, Serve};
+use common::{hasten, http, Serve};
 
 #[test]
 fn serve_with_no_arguments_answers_in_english() {
@@ -85,4 +85,42 @@ fn ctx_size_shrinks_the_context_and_refuses_more_than_trained() {
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("(the model's trained context)"), "{err}");
+}
+
+/// A model with sliding-window layers (the tiny Gemma 3: five of six
+/// layers see 8 positions) keeps only their windows: the start-up line
+/// names that pool, the same MiB hold three times the context or more
+/// (the two caps here: 16 MiB at 512 bytes per token, or twice 16
+/// sequences at full context), and the answer is `--swa-full`'s.
+#[test]
+fn serve_keeps_only_the_window_of_sliding_window_layers() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("gemma3.gguf");
+    let model = model.to_str().unwrap();
+    let o = hasten(&["synth", "--arch", "gemma3", "-o", model]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let req = r#"{"messages": [{"role": "user", "content": "In the beginning God created the heaven and the earth. And the earth was without form, and void; and darkness was upon the face of the deep."}], "max_tokens": 24, "temperature": 0}"#;
+    let mut answers = Vec::new();
+    let mut capacity = Vec::new();
+    for full in [false, true] {
+        let mut args = vec!["--model", model, "--kv-cache-mib", "16"];
+        if full {
+            args.push("--swa-full");
+        }
+        let server = Serve::start(&args);
+        if !full {
+            server.wait_log(0, "for sliding-window layers' windows");
+        }
+        let (status, body) = http(&server.addr, "POST", "/v1/chat/completions", req).unwrap();
+        assert_eq!(status, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        answers.push(v["choices"][0]["message"]["content"].clone());
+        capacity.push(server.metric("hasten_kv_capacity_tokens"));
+        assert_eq!(
+            server.metric("hasten_kv_bytes_per_token"),
+            if full { 3072.0 } else { 512.0 }
+        );
+    }
+    assert_eq!(answers[0], answers[1]);
+    assert_eq!(capacity, [16384.0, 5472.0]);
 }

@@ -42,6 +42,9 @@ pub struct Seq {
     /// Tokens whose K and V are in the cache.
     computed: usize,
     blocks: Vec<Block>,
+    /// Its blocks in the sliding-window layers' pool, indexed as `blocks`
+    /// (`None` below the window); empty without that pool (`window.rs`).
+    local: Vec<Option<Block>>,
     /// Chain hash of each leading full block already published or shared.
     hashes: Vec<ChainHash>,
     cached_prompt: usize,
@@ -94,6 +97,7 @@ impl Seq {
             tx,
             computed: 0,
             blocks: Vec::new(),
+            local: Vec::new(),
             hashes: Vec::new(),
             cached_prompt: 0,
             detok: Detokenizer::new(),
@@ -113,6 +117,15 @@ impl Seq {
             draft_computed: 0,
             loading: false,
         }
+    }
+
+    /// Gives back every block (published ones stay cached): it will be
+    /// computed again from position 0.
+    fn release(&mut self) {
+        self.blocks.clear();
+        self.local.clear();
+        self.hashes.clear();
+        self.computed = 0;
     }
 
     /// Tokens still to feed before the next sample.
@@ -153,6 +166,9 @@ mod emit;
 
 #[path = "prefix_disk.rs"]
 mod prefix_disk;
+
+#[path = "window.rs"]
+mod window;
 use emit::{emit_token, held_text};
 
 pub struct Core {
@@ -162,6 +178,8 @@ pub struct Core {
     kv: KvCache,
     scratch: Scratch,
     pool: BlockPool,
+    /// The sliding-window layers' own pool, if they have one.
+    windowed: Option<window::Windowed>,
     waiting: VecDeque<Seq>,
     /// In admission order: the newest is last (and preempted first).
     running: Vec<Seq>,
@@ -175,6 +193,7 @@ pub struct Core {
     /// Start of every hash chain: distinguishes models sharing a process.
     seed: ChainHash,
     tables: Vec<Vec<u32>>,
+    local_tables: Vec<Vec<u32>>,
     logits: Vec<f32>,
     out_len: OutputLength,
     /// Ids of submissions added since the forecast inputs were published.
@@ -215,9 +234,14 @@ impl Core {
         seed: ChainHash,
     ) -> Self {
         let n_blocks = cfg.kv_blocks();
+        let local = cfg.windowed_blocks(&model);
         // `Engine::start` checked that the type fits the model's heads.
-        let kv = KvCache::with_type(&model.config, n_blocks, cfg.block_size, cfg.kv_type)
+        let kv = KvCache::windowed(&model.config, n_blocks, local, cfg.block_size, cfg.kv_type)
             .unwrap_or_else(|_| KvCache::new(&model.config, n_blocks, cfg.block_size));
+        let windowed = match (kv.local_blocks, &model.config.swa) {
+            (Some(n), Some(w)) => Some(window::Windowed::new(n, w.window)),
+            _ => None,
+        };
         // Verification passes take each sequence's drafts and want their logits.
         let per_seq = 1 + cfg.max_draft;
         let scratch = Scratch::new(
@@ -249,6 +273,7 @@ impl Core {
             kv,
             scratch,
             pool: BlockPool::new(n_blocks),
+            windowed,
             waiting: VecDeque::new(),
             running: Vec::new(),
             cost: CostModel::default(),
@@ -258,6 +283,7 @@ impl Core {
             shared,
             seed,
             tables: Vec::new(),
+            local_tables: Vec::new(),
             logits: vec![0.0; model.config.vocab_size],
             out_len: OutputLength::default(),
             picked: Vec::new(),
@@ -297,6 +323,11 @@ impl Core {
     /// Block pool counts (tests check for leaks with it).
     pub fn pool(&self) -> &BlockPool {
         &self.pool
+    }
+
+    /// The sliding-window layers' own pool, if they have one.
+    pub fn windowed_pool(&self) -> Option<&BlockPool> {
+        self.windowed.as_ref().map(|w| &w.pool)
     }
 
     /// One engine iteration. Returns the number of tokens computed.
@@ -481,9 +512,7 @@ impl Core {
             if k == 0 {
                 // No room yet: back to the head of the queue (cached blocks return to the LRU).
                 let mut seq = self.running.pop().expect("just pushed");
-                seq.blocks.clear();
-                seq.hashes.clear();
-                seq.computed = 0;
+                seq.release();
                 self.waiting.insert(at, seq);
                 break;
             }
@@ -519,34 +548,63 @@ impl Core {
     fn grow(&mut self, i: usize, want: usize) -> usize {
         let bs = self.cfg.block_size;
         let s = &mut self.running[i];
+        if let Some(w) = &self.windowed {
+            w.trim(s, bs);
+        }
         let mut have = s.blocks.len() * bs - s.computed;
         while have < want {
-            match self.pool.alloc() {
-                Some(b) => {
-                    s.blocks.push(b);
-                    have += bs;
-                }
-                None => break,
+            let Some(b) = self.pool.alloc() else { break };
+            if let Some(w) = &self.windowed {
+                let Some(l) = w.alloc() else { break };
+                s.local.push(Some(l));
             }
+            s.blocks.push(b);
+            have += bs;
         }
         have.min(want)
     }
 
     /// Shares the longest run of cached full prompt blocks, always leaving
     /// at least one prompt token to compute (its logits start the output).
+    /// With a windowed pool, the hit also needs that pool's blocks of its
+    /// last window (`window.rs`).
     fn attach_cached_prefix(&mut self, seq: &mut Seq) {
         let bs = self.cfg.block_size;
         let full = (seq.tokens.len() - 1) / bs;
+        let mut hashes = Vec::new();
         let mut parent = self.seed;
         for b in 0..full {
             let toks = &seq.tokens[b * bs..(b + 1) * bs];
             let h = chain_hash(parent, toks);
+            if !self.pool.contains(h, toks) {
+                break;
+            }
+            hashes.push(h);
+            parent = h;
+        }
+        let n = match &self.windowed {
+            Some(w) => w.usable_hit(&hashes, &seq.tokens, bs),
+            None => hashes.len(),
+        };
+        for (b, &h) in hashes[..n].iter().enumerate() {
+            let toks = &seq.tokens[b * bs..(b + 1) * bs];
+            let local = match &self.windowed {
+                Some(w) => match w.attach(b, n, h, toks, bs) {
+                    Ok(l) => Some(l),
+                    Err(()) => break,
+                },
+                None => None,
+            };
             let Some(block) = self.pool.lookup(h, toks) else {
                 break;
             };
             seq.blocks.push(block);
+            seq.local.extend(local);
             seq.hashes.push(h);
-            parent = h;
+        }
+        if self.windowed.is_some() && seq.blocks.len() < n {
+            // A block went missing after the check (never expected): no hit.
+            seq.release();
         }
         seq.computed = seq.blocks.len() * bs;
         if seq.started.is_none() {
@@ -556,9 +614,7 @@ impl Core {
 
     fn preempt(&mut self, i: usize) {
         let mut seq = self.running.remove(i);
-        seq.blocks.clear();
-        seq.hashes.clear();
-        seq.computed = 0;
+        seq.release();
         seq.draft.clear();
         seq.draft_computed = 0;
         seq.preemptions += 1;
@@ -594,15 +650,20 @@ impl Core {
             t.clear();
             t.extend(self.running[c.seq].blocks.iter().map(Block::id));
         }
+        self.local_tables.resize_with(plan.len(), Vec::new);
+        for (t, c) in self.local_tables.iter_mut().zip(plan) {
+            window::Windowed::table(&self.running[c.seq], t);
+        }
         let batch: Vec<SeqBatch<'_>> = plan
             .iter()
-            .zip(&self.tables)
-            .map(|(c, table)| {
+            .zip(self.tables.iter().zip(&self.local_tables))
+            .map(|(c, (table, local_table))| {
                 let s = &self.running[c.seq];
                 SeqBatch {
                     tokens: &s.tokens[s.computed..s.computed + c.len],
                     start_pos: s.computed,
                     block_table: table,
+                    local_table,
                     logits: if c.draft > 0 {
                         c.len
                     } else {
@@ -665,11 +726,12 @@ impl Core {
                 let mut v = speculate::Verifier {
                     tok: &self.tokenizer,
                     metrics: &self.metrics,
-                    cache: self.cfg.prefix_cache.then_some((
-                        &self.pool,
-                        self.cfg.block_size,
-                        self.seed,
-                    )),
+                    cache: self.cfg.prefix_cache.then_some(Publish {
+                        pool: &self.pool,
+                        local: self.windowed.as_ref().map(|w| &w.pool),
+                        bs: self.cfg.block_size,
+                        seed: self.seed,
+                    }),
                     buf: &mut self.logits,
                     threshold: thresholds[usize::from(by_model)],
                     by_model,
@@ -688,7 +750,13 @@ impl Core {
             let s = &mut self.running[c.seq];
             s.computed += c.len;
             if self.cfg.prefix_cache {
-                publish_full_blocks(&self.pool, s, self.cfg.block_size, self.seed);
+                let p = Publish {
+                    pool: &self.pool,
+                    local: self.windowed.as_ref().map(|w| &w.pool),
+                    bs: self.cfg.block_size,
+                    seed: self.seed,
+                };
+                p.full_blocks(s);
             }
             if !want {
                 let _ = s.tx.send(Event::Prefill {
@@ -843,15 +911,31 @@ impl Core {
     }
 }
 
-/// Publishes every newly completed full block of `s` in the prefix cache.
-fn publish_full_blocks(pool: &BlockPool, s: &mut Seq, bs: usize, seed: ChainHash) {
-    while (s.hashes.len() + 1) * bs <= s.computed {
-        let b = s.hashes.len();
-        let parent = s.hashes.last().copied().unwrap_or(seed);
-        let toks = &s.tokens[b * bs..(b + 1) * bs];
-        let h = chain_hash(parent, toks);
-        pool.publish(&s.blocks[b], h, toks);
-        s.hashes.push(h);
+/// Where full blocks are published in the prefix cache: the main pool
+/// and the windowed layers' pool, if there is one.
+#[derive(Clone, Copy)]
+struct Publish<'a> {
+    pool: &'a BlockPool,
+    local: Option<&'a BlockPool>,
+    bs: usize,
+    seed: ChainHash,
+}
+
+impl Publish<'_> {
+    /// Publishes every newly completed full block of `s`.
+    fn full_blocks(&self, s: &mut Seq) {
+        let bs = self.bs;
+        while (s.hashes.len() + 1) * bs <= s.computed {
+            let b = s.hashes.len();
+            let parent = s.hashes.last().copied().unwrap_or(self.seed);
+            let toks = &s.tokens[b * bs..(b + 1) * bs];
+            let h = chain_hash(parent, toks);
+            self.pool.publish(&s.blocks[b], h, toks);
+            if let (Some(lp), Some(Some(l))) = (self.local, s.local.get(b)) {
+                lp.publish(l, h, toks);
+            }
+            s.hashes.push(h);
+        }
     }
 }
 

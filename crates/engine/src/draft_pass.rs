@@ -194,6 +194,7 @@ impl Core {
                 tokens: toks,
                 start_pos: running[f.seq].draft_computed,
                 block_table: table,
+                local_table: &[],
                 logits: usize::from(f.logits),
             })
             .collect();

@@ -75,7 +75,16 @@ pub struct EngineConfig {
     pub kv_type: KvType,
     /// The prefix cache's disk tier, if any (`--prefix-cache-dir`).
     pub prefix_disk: Option<disk::DiskCacheConfig>,
+    /// Keep every position's rows in sliding-window layers too (llama.cpp's
+    /// `--swa-full`); by default they keep only their window, in a pool of
+    /// their own ([`Self::windowed_blocks`]).
+    pub swa_full: bool,
 }
+
+/// Positions kept before a sliding window's first: the AVX-512 tile over
+/// a Q8_0/Q4_0 cache starts reading at the multiple of 8 below it (its
+/// weights there are zero, but the rows must be finite ones).
+pub(crate) const WINDOW_SLACK: usize = 8;
 
 impl EngineConfig {
     /// Defaults for a model: a KV cache of `kv_tokens`, 16-token blocks,
@@ -97,7 +106,45 @@ impl EngineConfig {
             draft_model: None,
             kv_type: KvType::F16,
             prefix_disk: None,
+            swa_full: false,
             threads,
+        }
+    }
+
+    /// Blocks of the sliding-window layers' own pool, when `model` has such
+    /// layers and they keep only their window: each running sequence's
+    /// window (and the partial blocks at both ends), one sequence's more
+    /// for windows the prefix cache keeps, and a step's new tokens (a step
+    /// computes `max_step_tokens` at most, however they are shared).
+    /// `None` (every layer in the main pool) with `swa_full`, with a disk
+    /// tier (its block files hold every layer), or when the windowed pool
+    /// would not be smaller than the main one.
+    pub fn windowed_blocks(&self, model: &Model) -> Option<usize> {
+        let window = model.config.swa.as_ref()?.window;
+        if self.swa_full || self.prefix_disk.is_some() {
+            return None;
+        }
+        let per_seq = (window + WINDOW_SLACK).div_ceil(self.block_size) + 2;
+        let step = self.max_step_tokens.div_ceil(self.block_size);
+        let n = per_seq * (self.max_running + 1) + step;
+        (n < self.kv_blocks()).then_some(n)
+    }
+
+    /// KV bytes per token of context for `model` and the draft model if
+    /// there is one (without the windowed layers when they have a pool of
+    /// their own), and the bytes of that pool.
+    pub fn kv_bytes(&self, model: &Model) -> (usize, usize) {
+        let draft = self.draft_model.as_deref().filter(|_| self.max_draft > 0);
+        let draft_bytes = draft.map_or(0, |d| d.config.kv_bytes_per_token_as(self.kv_type));
+        match self.windowed_blocks(model) {
+            Some(n) => {
+                let (main, local) = model.config.kv_bytes_per_token_split(self.kv_type);
+                (main + draft_bytes, n * self.block_size * local)
+            }
+            None => (
+                model.config.kv_bytes_per_token_as(self.kv_type) + draft_bytes,
+                0,
+            ),
         }
     }
 
@@ -123,10 +170,13 @@ impl EngineConfig {
     /// KV cache takes `kv_bytes` at most, and no more than every running
     /// sequence at full context twice over (the rest is prefix cache), so
     /// small models need not touch a GiB.
+    ///
+    /// Sliding-window layers that keep only their window take their pool
+    /// out of `kv_bytes` first; the rest goes to the other layers.
     pub fn for_model(model: &Model, o: &EngineOptions) -> Self {
         let draft = o.draft_model.as_deref();
-        let kv_tokens = Self::kv_tokens_for_bytes(model, draft, o.kv_type, o.kv_bytes)
-            .min(2 * o.max_running * model.config.context_length);
+        let most = 2 * o.max_running * model.config.context_length;
+        let kv_tokens = Self::kv_tokens_for_bytes(model, draft, o.kv_type, o.kv_bytes).min(most);
         let mut ec = EngineConfig::new(kv_tokens, o.threads);
         ec.max_running = o.max_running;
         ec.max_step_tokens = o
@@ -140,6 +190,17 @@ impl EngineConfig {
         ec.draft_model = o.draft_model.clone();
         ec.kv_type = o.kv_type;
         ec.prefix_disk = o.prefix_disk.clone();
+        ec.swa_full = o.swa_full;
+        if ec.windowed_blocks(model).is_some() {
+            // The windowed pool pays only if the rest holds more context.
+            let (per_token, windowed) = ec.kv_bytes(model);
+            match o.kv_bytes.checked_sub(windowed) {
+                Some(rest) if rest / per_token.max(1) >= kv_tokens => {
+                    ec.kv_tokens = (rest / per_token.max(1)).min(most);
+                }
+                _ => ec.swa_full = true,
+            }
+        }
         ec
     }
 
@@ -198,6 +259,8 @@ pub struct EngineOptions {
     pub kv_type: KvType,
     /// Keep evicted prefix-cache blocks on disk (`--prefix-cache-dir`).
     pub prefix_disk: Option<disk::DiskCacheConfig>,
+    /// Sliding-window layers keep every position (`--swa-full`).
+    pub swa_full: bool,
 }
 
 impl EngineOptions {
@@ -216,6 +279,7 @@ impl EngineOptions {
             draft_model: None,
             kv_type: KvType::F16,
             prefix_disk: None,
+            swa_full: false,
         }
     }
 }
@@ -360,11 +424,8 @@ impl Engine {
             speculates: cfg.max_draft > 0,
             draft_model: cfg.max_draft > 0 && cfg.draft_model.is_some(),
             kv_type: cfg.kv_type,
-            kv_bytes_per_token: EngineConfig::kv_bytes_per_token(
-                &model,
-                cfg.draft_model.as_deref().filter(|_| cfg.max_draft > 0),
-                cfg.kv_type,
-            ),
+            kv_bytes_per_token: cfg.kv_bytes(&model).0,
+            kv_windowed_bytes: cfg.kv_bytes(&model).1,
         };
         let shared = Arc::new(Shared::default());
         let metrics = Arc::new(Mutex::new(Metrics::default()));

@@ -95,6 +95,9 @@ pub struct Limits {
     /// models'): for the start-up line.
     pub kv_type: hasten_kernels::attention::KvType,
     pub kv_bytes_per_token: usize,
+    /// Bytes of the sliding-window layers' own pool (0 when every layer
+    /// keeps every position in the main pool).
+    pub kv_windowed_bytes: usize,
 }
 
 /// A request the engine accepts: only [`Request::validate`] makes one.
@@ -256,6 +259,7 @@ mod tests {
         draft_model: false,
         kv_type: hasten_kernels::attention::KvType::F16,
         kv_bytes_per_token: 0,
+        kv_windowed_bytes: 0,
     };
 
     #[test]

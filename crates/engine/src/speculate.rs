@@ -9,8 +9,7 @@
 //! The first rejected position's sample is the next token; the KV rows
 //! of the rejected drafts are left to be overwritten.
 
-use super::{emit_token, publish_full_blocks, Chunk, Core, Seq};
-use crate::blocks::{BlockPool, ChainHash};
+use super::{emit_token, Chunk, Core, Publish, Seq};
 use crate::metrics::Metrics;
 use crate::request::FinishReason;
 use crate::request::Speculate;
@@ -152,7 +151,7 @@ pub(super) struct Verifier<'a> {
     pub tok: &'a Tokenizer,
     pub metrics: &'a Mutex<Metrics>,
     /// Full blocks to publish in the prefix cache, if it is on.
-    pub cache: Option<(&'a BlockPool, usize, ChainHash)>,
+    pub cache: Option<Publish<'a>>,
     /// One row of logits, sampled in place.
     pub buf: &'a mut [f32],
     /// Acceptance share below which drafts do not pay this step.
@@ -194,14 +193,15 @@ impl Verifier<'_> {
             s.computed += 1;
             accepted += 1;
         }
-        if let Some((pool, bs, seed)) = self.cache {
-            publish_full_blocks(pool, s, bs, seed);
+        if let Some(p) = self.cache {
+            p.full_blocks(s);
         }
         // Blocks taken only for rejected drafts go back to the pool (never
         // published: they lie past `computed`); the draft model's rows
         // hold for the accepted positions only.
-        s.blocks
-            .truncate((s.computed + 1).div_ceil(self.block_size));
+        let keep = (s.computed + 1).div_ceil(self.block_size);
+        s.blocks.truncate(keep);
+        s.local.truncate(keep);
         s.draft_computed = s.draft_computed.min(s.computed);
         s.draft_len
             .observe(drafts.len(), accepted, self.threshold, self.by_model);

@@ -3,10 +3,8 @@
 //! leaks under random interleavings, finish reasons, and the threaded
 //! handle's refusals.
 
-use hasten_engine::testing::{Core, Seq};
-use hasten_engine::{
-    Engine, EngineConfig, Error, Event, Finish, FinishReason, Limits, Request, RequestSpec,
-};
+use hasten_engine::testing::Core;
+use hasten_engine::{Engine, EngineConfig, Error, Event, FinishReason, RequestSpec};
 use hasten_kernels::quant::GgmlType;
 use hasten_kernels::threads::Threads;
 use hasten_model::llama::Model;
@@ -15,7 +13,7 @@ use hasten_model::tokenizer::Tokenizer;
 use rand::{Rng, SeedableRng};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+use tokio::sync::mpsc::UnboundedReceiver;
 
 /// The tiny fixture (dim 256, 2 layers, 32000 vocab, context 512), loaded once.
 fn model() -> (Arc<Model>, Arc<Tokenizer>) {
@@ -27,87 +25,21 @@ fn model() -> (Arc<Model>, Arc<Tokenizer>) {
     .clone()
 }
 
+mod common;
+use common::{collect, prompt, spec, Driver};
+
+impl Driver {
+    fn new(c: EngineConfig) -> Self {
+        Driver::with_model(c, model())
+    }
+}
+
 fn cfg(kv_tokens: usize) -> EngineConfig {
     EngineConfig {
         max_step_tokens: 64,
         max_running: 8,
         ..EngineConfig::new(kv_tokens, Threads::ONE)
     }
-}
-
-fn limits(c: &EngineConfig) -> Limits {
-    Limits {
-        vocab_size: 32000,
-        context_length: 512,
-        kv_tokens: c.kv_blocks() * c.block_size,
-        speculates: c.max_draft > 0,
-        draft_model: c.max_draft > 0 && c.draft_model.is_some(),
-        kv_type: hasten_kernels::attention::KvType::F16,
-        kv_bytes_per_token: 0,
-    }
-}
-
-fn prompt(rng: &mut rand_chacha::ChaCha8Rng, n: usize) -> Vec<u32> {
-    (0..n).map(|_| rng.gen_range(3..32000)).collect()
-}
-
-fn spec(p: Vec<u32>, max: usize) -> RequestSpec {
-    RequestSpec {
-        ignore_eos: true,
-        ..RequestSpec::greedy(p, max)
-    }
-}
-
-struct Driver {
-    core: Core,
-    limits: Limits,
-    next: u64,
-}
-
-impl Driver {
-    fn new(c: EngineConfig) -> Self {
-        let (m, t) = model();
-        let limits = limits(&c);
-        Driver {
-            core: Core::standalone(m, t, c),
-            limits,
-            next: 0,
-        }
-    }
-
-    fn submit(&mut self, s: RequestSpec) -> UnboundedReceiver<Event> {
-        let req = Request::validate(s, &self.limits).unwrap();
-        let (tx, rx) = unbounded_channel();
-        self.next += 1;
-        self.core.add(Seq::new(self.next, req, tx, Instant::now()));
-        rx
-    }
-
-    fn run_to_idle(&mut self) {
-        let mut steps = 0;
-        while !self.core.is_idle() {
-            self.core.step();
-            steps += 1;
-            assert!(steps < 100_000, "the engine stopped making progress");
-        }
-    }
-}
-
-/// Token ids and the finish record of a finished stream.
-fn collect(rx: &mut UnboundedReceiver<Event>) -> (Vec<u32>, Finish) {
-    let mut ids = Vec::new();
-    while let Ok(ev) = rx.try_recv() {
-        match ev {
-            Event::Token(t) => {
-                assert_eq!(t.index, ids.len());
-                ids.push(t.id)
-            }
-            Event::Finished(f) => return (ids, f),
-            Event::Failed(m) => panic!("failed: {m}"),
-            Event::Prefill { done, total } => assert!(ids.is_empty() && done < total),
-        }
-    }
-    panic!("stream did not finish");
 }
 
 fn alone(s: &RequestSpec) -> Vec<u32> {

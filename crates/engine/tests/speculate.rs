@@ -254,6 +254,7 @@ fn next_logits(model: &hasten_model::llama::Model, tokens: &[u32]) -> Vec<f32> {
         tokens,
         start_pos: 0,
         block_table: &[0, 1, 2, 3],
+        local_table: &[],
         logits: 1,
     }];
     model

@@ -53,6 +53,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 tokens: &prompt,
                 start_pos: 0,
                 block_table: t,
+                local_table: &[],
                 logits: 1,
             })
             .collect();
@@ -70,6 +71,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     tokens: &tok,
                     start_pos: 32 + step,
                     block_table: t,
+                    local_table: &[],
                     logits: 1,
                 })
                 .collect();

@@ -137,6 +137,22 @@ impl Config {
         crate::kv::kv_bytes_per_token(self.n_layers, self.n_kv_heads, self.head_dim, ty)
     }
 
+    /// Bytes of K and V per token of the layers without a sliding window
+    /// and of those with one, rows stored as `ty` (all in the first when
+    /// the model has no windowed layers).
+    pub fn kv_bytes_per_token_split(
+        &self,
+        ty: hasten_kernels::attention::KvType,
+    ) -> (usize, usize) {
+        let local = self
+            .swa
+            .as_ref()
+            .map_or(0, |w| w.layers.iter().filter(|&&l| l).count());
+        let per =
+            |layers| crate::kv::kv_bytes_per_token(layers, self.n_kv_heads, self.head_dim, ty);
+        (per(self.n_layers - local), per(local))
+    }
+
     pub fn kv_dim(&self) -> usize {
         self.n_kv_heads * self.head_dim
     }

@@ -115,6 +115,7 @@ fn embed_group(
                 tokens: &t[done[k]..done[k] + n],
                 start_pos: done[k],
                 block_table: &tables[k],
+                local_table: &[],
                 logits: 0,
             });
             owners.push((k, done[k], n));

@@ -2,6 +2,13 @@
 //! (one token's values of one KV head) f16 or quantized to Q8_0 / Q4_0
 //! blocks ([`KvType`], `--kv-type`).
 //!
+//! Sliding-window layers may keep their rows in a pool of their own
+//! ([`KvCache::windowed`]): a sequence needs only its last `window`
+//! positions there, so the engine frees its older blocks of that pool and
+//! the pool is sized by running sequences, not by context (as vLLM's
+//! sliding-window block tables and llama.cpp's SWA cache do). Those layers
+//! then read a second block table (`SeqBatch::local_table`).
+//!
 //! This module owns only the memory. Which blocks belong to which sequence
 //! (allocation, sharing, eviction) is the engine's business; the forward
 //! pass receives each sequence's block table.
@@ -25,6 +32,12 @@ pub struct KvCache {
     pub n_kv_heads: usize,
     pub head_dim: usize,
     pub ty: KvType,
+    /// Blocks of the windowed layers' own pool, if they have one.
+    pub local_blocks: Option<usize>,
+    /// Per layer: whether its rows live in the windowed pool, and its
+    /// first row in the stores.
+    windowed: Vec<bool>,
+    base: Vec<usize>,
     k: Store,
     v: Store,
 }
@@ -65,27 +78,99 @@ impl KvCache {
         block_size: usize,
         ty: KvType,
     ) -> Result<Self> {
+        Self::windowed(config, n_blocks, None, block_size, ty)
+    }
+
+    /// As [`Self::with_type`], with the sliding-window layers' rows in a
+    /// pool of `local_blocks` blocks of their own (a second block-id
+    /// space); `None`, or a model without such layers, keeps every layer
+    /// in the one pool.
+    pub fn windowed(
+        config: &Config,
+        n_blocks: usize,
+        local_blocks: Option<usize>,
+        block_size: usize,
+        ty: KvType,
+    ) -> Result<Self> {
         check_kv_type(config, ty)?;
-        let rows = n_blocks * block_size * config.n_kv_heads * config.n_layers;
-        let store = || match ty {
-            KvType::F16 => Store::F16(zeroed(rows * config.head_dim)),
-            _ => Store::Quant(zeroed_bytes(rows * ty.row_bytes(config.head_dim))),
+        let windowed = match (&config.swa, local_blocks) {
+            (Some(w), Some(_)) if w.layers.len() == config.n_layers => w.layers.clone(),
+            _ => vec![false; config.n_layers],
         };
-        Ok(KvCache {
-            n_layers: config.n_layers,
+        let local_blocks = local_blocks.filter(|_| windowed.contains(&true));
+        let shape = Shape {
             n_blocks,
             block_size,
             n_kv_heads: config.n_kv_heads,
             head_dim: config.head_dim,
             ty,
-            k: store(),
-            v: store(),
-        })
+        };
+        Ok(Self::from_parts(shape, windowed, local_blocks))
     }
 
-    /// Bytes of K and V for one token across all layers.
+    fn from_parts(s: Shape, windowed: Vec<bool>, local_blocks: Option<usize>) -> Self {
+        let mut base = Vec::with_capacity(windowed.len());
+        let mut rows = 0;
+        for &w in &windowed {
+            base.push(rows);
+            let blocks = if w {
+                local_blocks.unwrap_or(0)
+            } else {
+                s.n_blocks
+            };
+            rows += blocks * s.block_size * s.n_kv_heads;
+        }
+        let store = || match s.ty {
+            KvType::F16 => Store::F16(zeroed(rows * s.head_dim)),
+            _ => Store::Quant(zeroed_bytes(rows * s.ty.row_bytes(s.head_dim))),
+        };
+        KvCache {
+            n_layers: windowed.len(),
+            n_blocks: s.n_blocks,
+            block_size: s.block_size,
+            n_kv_heads: s.n_kv_heads,
+            head_dim: s.head_dim,
+            ty: s.ty,
+            local_blocks,
+            k: store(),
+            v: store(),
+            windowed,
+            base,
+        }
+    }
+
+    /// Whether `layer` keeps its rows in the windowed pool (it reads
+    /// `SeqBatch::local_table`).
+    pub fn is_windowed(&self, layer: usize) -> bool {
+        self.windowed[layer]
+    }
+
+    /// Blocks of `layer`'s pool.
+    fn layer_blocks(&self, layer: usize) -> usize {
+        match (self.windowed[layer], self.local_blocks) {
+            (true, Some(n)) => n,
+            _ => self.n_blocks,
+        }
+    }
+
+    /// Layers in the main pool (every layer unless the cache is windowed).
+    fn main_layers(&self) -> usize {
+        self.windowed.iter().filter(|&&w| !w).count()
+    }
+
+    /// Bytes of K and V for one more token of context: every layer's, or
+    /// with a windowed pool the other layers' (the windowed pool is a fixed
+    /// size, [`Self::windowed_bytes`]).
     pub fn bytes_per_token(&self) -> usize {
-        kv_bytes_per_token(self.n_layers, self.n_kv_heads, self.head_dim, self.ty)
+        kv_bytes_per_token(self.main_layers(), self.n_kv_heads, self.head_dim, self.ty)
+    }
+
+    /// Bytes of the windowed layers' pool (0 without one).
+    pub fn windowed_bytes(&self) -> usize {
+        let layers = self.n_layers - self.main_layers();
+        self.local_blocks.unwrap_or(0)
+            * self.block_size
+            * kv_bytes_per_token(layers, self.n_kv_heads, self.head_dim, self.ty)
     }
 
     pub fn capacity_tokens(&self) -> usize {
@@ -93,12 +178,12 @@ impl KvCache {
     }
 
     /// Rows of one layer.
-    fn layer_rows(&self) -> usize {
-        self.n_blocks * self.block_size * self.n_kv_heads
+    fn layer_rows(&self, layer: usize) -> usize {
+        self.layer_blocks(layer) * self.block_size * self.n_kv_heads
     }
 
     fn rows<'a>(&self, s: &'a Store, layer: usize) -> KvRows<'a> {
-        let r = layer * self.layer_rows()..(layer + 1) * self.layer_rows();
+        let r = self.base[layer]..self.base[layer] + self.layer_rows(layer);
         match s {
             Store::F16(v) => KvRows::F16(&v[r.start * self.head_dim..r.end * self.head_dim]),
             Store::Quant(b) => {
@@ -119,12 +204,13 @@ impl KvCache {
         }
     }
 
-    /// Stores one token's K and V (f32, `kv_dim` each) at `slot` of `layer`.
+    /// Stores one token's K and V (f32, `kv_dim` each) at `slot` of
+    /// `layer` (a slot of the windowed pool if the layer [`Self::is_windowed`]).
     pub fn store(&mut self, layer: usize, slot: usize, k: &[f32], v: &[f32]) {
         let (hd, ty, bs) = (self.head_dim, self.ty, self.block_size);
         // Head `h`'s row: `[layer][h][block][slot in block]`.
-        let row0 = layer * self.layer_rows() + slot;
-        let head_rows = self.n_blocks * bs;
+        let row0 = self.base[layer] + slot;
+        let head_rows = self.layer_blocks(layer) * bs;
         for (s, src) in [(&mut self.k, k), (&mut self.v, v)] {
             for (h, x) in src.chunks_exact(hd).take(self.n_kv_heads).enumerate() {
                 let r = row0 + h * head_rows;
@@ -153,16 +239,18 @@ impl KvCache {
 
     /// The byte ranges of `block`'s rows in one store, per layer one per
     /// KV head: the order of [`Self::read_block`]'s bytes is layer, then
-    /// K before V, then head.
+    /// K before V, then head. Layers of a windowed pool have other block
+    /// ids and are not part of a block (the disk tier runs without one).
     fn block_ranges(&self, block: usize) -> Vec<Vec<std::ops::Range<usize>>> {
         let bs = self.block_size;
         let row_bytes = self.ty.row_bytes(self.head_dim);
-        let (layer_rows, head_rows) = (self.layer_rows(), self.n_blocks * bs);
+        let head_rows = self.n_blocks * bs;
         (0..self.n_layers)
+            .filter(|&l| !self.windowed[l])
             .map(|l| {
                 (0..self.n_kv_heads)
                     .map(|h| {
-                        let first = (l * layer_rows + h * head_rows + block * bs) * row_bytes;
+                        let first = (self.base[l] + h * head_rows + block * bs) * row_bytes;
                         first..first + bs * row_bytes
                     })
                     .collect()
@@ -227,6 +315,16 @@ impl KvCache {
     }
 }
 
+/// The geometry shared by every layer's pool.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    n_blocks: usize,
+    block_size: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+    ty: KvType,
+}
+
 /// One row of `ty`'s blocks, as ggml's reference quantizers write them.
 fn quantize_row(ty: KvType, src: &[f32], dst: &mut [u8]) {
     // Lengths are whole blocks by construction (`check_kv_type`).
@@ -266,18 +364,16 @@ mod tests {
 
     /// A pool of 2 layers, 3 blocks of 4 slots, 2 KV heads of 8, f16.
     fn small() -> KvCache {
-        let rows = 2 * 3 * 4 * 2;
-        KvCache {
-            n_layers: 2,
-            n_blocks: 3,
-            block_size: 4,
-            n_kv_heads: 2,
-            head_dim: 8,
-            ty: KvType::F16,
-            k: Store::F16(zeroed(rows * 8)),
-            v: Store::F16(zeroed(rows * 8)),
-        }
+        KvCache::from_parts(SMALL, vec![false; 2], None)
     }
+
+    const SMALL: Shape = Shape {
+        n_blocks: 3,
+        block_size: 4,
+        n_kv_heads: 2,
+        head_dim: 8,
+        ty: KvType::F16,
+    };
 
     /// Value `d` of head `h` at `slot` of `layer`, K (`kv = 0`) or V.
     fn val(layer: usize, kv: usize, h: usize, slot: usize, d: usize) -> f32 {
@@ -346,6 +442,49 @@ mod tests {
         assert_eq!(back, bytes);
         assert!(other.write_block(0, &bytes[1..]).is_err());
     }
+    /// A windowed layer's rows live in a pool of its own blocks: views,
+    /// stores and byte counts follow each layer's pool, and a block's
+    /// bytes (the disk tier's) hold the main pool's layers only.
+    #[test]
+    fn windowed_layers_have_a_pool_of_their_own() {
+        let mut c = KvCache::from_parts(SMALL, vec![true, false], Some(2));
+        assert_eq!(c.layer(0).n_blocks(), 2);
+        assert_eq!(c.layer(1).n_blocks(), 3);
+        assert!(c.is_windowed(0) && !c.is_windowed(1));
+        assert_eq!(c.bytes_per_token(), 2 * 2 * 8 * 2);
+        assert_eq!(c.windowed_bytes(), 2 * 4 * 2 * 2 * 8 * 2);
+        for (layer, slots) in [(0, 8), (1, 12)] {
+            for slot in 0..slots {
+                let row = |kv| {
+                    (0..16)
+                        .map(|i| val(layer, kv, i / 8, slot, i % 8))
+                        .collect::<Vec<_>>()
+                };
+                c.store(layer, slot, &row(0), &row(1));
+            }
+        }
+        for (layer, table) in [(0, vec![1u32, 0]), (1, vec![2, 0, 1])] {
+            let view = c.layer(layer);
+            let (KvRows::F16(k), KvRows::F16(v)) = (view.k, view.v) else {
+                panic!()
+            };
+            for pos in 0..table.len() * 4 {
+                for h in 0..2 {
+                    let r = view.row_index(&table, pos, h);
+                    let slot = table[pos / 4] as usize * 4 + pos % 4;
+                    assert_eq!(k[r * 8 + 5].to_f32(), val(layer, 0, h, slot, 5));
+                    assert_eq!(v[r * 8 + 1].to_f32(), val(layer, 1, h, slot, 1));
+                }
+            }
+        }
+        let mut bytes = Vec::new();
+        c.read_block(2, &mut bytes);
+        assert_eq!(bytes.len(), c.block_bytes());
+        assert_eq!(bytes.len(), 4 * 2 * 2 * 8 * 2);
+        let first = f16::from_bits(u16::from_le_bytes([bytes[0], bytes[1]])).to_f32();
+        assert_eq!(first, val(1, 0, 0, 8, 0));
+    }
+
     /// Resident memory of this process in KiB (Linux).
     #[cfg(target_os = "linux")]
     fn rss_kib() -> usize {

@@ -345,10 +345,26 @@ pub struct SeqBatch<'a> {
     pub start_pos: usize,
     /// KV blocks holding positions `0..`; must cover every new position.
     pub block_table: &'a [u32],
+    /// With a windowed KV cache ([`KvCache::windowed`]), the blocks of the
+    /// sliding-window layers' pool, indexed by position as `block_table`;
+    /// entries before a query's window are never read (any id in the
+    /// pool). Empty otherwise.
+    pub local_table: &'a [u32],
     /// Compute logits for this many of the last new tokens (0: none; 1:
     /// the next-token distribution; k+1: also each of k drafted tokens',
     /// for speculative verification).
     pub logits: usize,
+}
+
+impl<'a> SeqBatch<'a> {
+    /// The block table of a windowed layer (`local`) or of the others.
+    fn table(&self, local: bool) -> &'a [u32] {
+        if local {
+            self.local_table
+        } else {
+            self.block_table
+        }
+    }
 }
 
 /// Activations for up to `max_tokens` tokens per forward call, allocated once.
@@ -521,13 +537,18 @@ impl Model {
                     max: self.config.context_length,
                 });
             }
-            if b.block_table.len() * kv.block_size < end
-                || b.block_table.iter().any(|&blk| blk as usize >= kv.n_blocks)
-            {
-                return Err(Error::Batch(format!(
-                    "block table {:?} does not cover {end} positions in a pool of {} blocks",
-                    b.block_table, kv.n_blocks
-                )));
+            let tables = [
+                Some((b.block_table, kv.n_blocks)),
+                kv.local_blocks.map(|n| (b.local_table, n)),
+            ];
+            for (table, n_blocks) in tables.into_iter().flatten() {
+                if table.len() * kv.block_size < end
+                    || table.iter().any(|&blk| blk as usize >= n_blocks)
+                {
+                    return Err(Error::Batch(format!(
+                        "block table {table:?} does not cover {end} positions in a pool of {n_blocks} blocks",
+                    )));
+                }
             }
             if b.logits > b.tokens.len() {
                 return Err(Error::Batch(format!(
@@ -687,7 +708,7 @@ impl Model {
                 rope.apply(&mut q[j * qd..(j + 1) * qd], hd, pos);
                 rope.apply(&mut k[j * kvd..(j + 1) * kvd], hd, pos);
             }
-            let table = batch[seq].block_table;
+            let table = batch[seq].table(kv.is_windowed(li));
             let slot = table[pos / kv.block_size] as usize * kv.block_size + pos % kv.block_size;
             kv.store(
                 li,
@@ -706,7 +727,17 @@ impl Model {
             from: 0,
             until: usize::MAX,
         };
-        attend_all(c, &view, batch, &s.tok, q, &mut s.att_t[..t * qd], threads);
+        let local = kv.is_windowed(li);
+        attend_all(
+            c,
+            &view,
+            local,
+            batch,
+            &s.tok,
+            q,
+            &mut s.att_t[..t * qd],
+            threads,
+        );
         let (n_kv, group) = (c.n_kv_heads, c.n_heads / c.n_kv_heads);
         for kvh in 0..n_kv {
             for j in 0..t {
@@ -792,7 +823,7 @@ impl Model {
 /// Attention of every stacked token over its sequence's cache, into
 /// `att_t` laid out `[kv head][token][group][head_dim]`. `view` carries
 /// the layer's cache, scale, window and soft cap (its table and KV head
-/// are set per tile).
+/// are set per tile: the sequences' local tables where `local`).
 ///
 /// One work item per (KV head, token), KV heads outermost: each
 /// contiguous piece mixes short and long contexts, balancing the threads
@@ -801,9 +832,11 @@ impl Model {
 /// its tokens and query heads. When the items are too few for the threads
 /// (a decode step of few sequences), each item's context is split across
 /// threads instead ([`hasten_kernels::attention_split`]).
+#[allow(clippy::too_many_arguments)]
 fn attend_all(
     c: &Config,
     view: &HeadView<'_>,
+    local: bool,
     batch: &[SeqBatch<'_>],
     tok: &[(usize, usize)],
     q: &[f32],
@@ -825,7 +858,7 @@ fn attend_all(
             let at = j * qd + kvh * gq;
             Item {
                 view: HeadView {
-                    table: batch[seq].block_table,
+                    table: batch[seq].table(local),
                     kvh,
                     ..*view
                 },
@@ -859,7 +892,7 @@ fn attend_all(
                     sc.resize(need, 0.0);
                 }
                 let view = HeadView {
-                    table: batch[seq].block_table,
+                    table: batch[seq].table(local),
                     kvh,
                     ..*view
                 };

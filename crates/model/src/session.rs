@@ -92,6 +92,7 @@ impl<'m> Session<'m> {
                 tokens: chunk,
                 start_pos: self.pos,
                 block_table: &self.table,
+                local_table: &[],
                 logits: chunk.len(),
             }];
             let out = self
@@ -114,6 +115,7 @@ impl<'m> Session<'m> {
                 tokens: chunk,
                 start_pos: self.pos,
                 block_table: &self.table,
+                local_table: &[],
                 logits: usize::from(last),
             }];
             let out = self

@@ -207,8 +207,15 @@ impl Backend {
             (true, None) => "ngram".to_string(),
             (true, Some(d)) => format!("draft model {}", d.display()),
         };
+        let windowed = match limits.kv_windowed_bytes {
+            0 => String::new(),
+            b => format!(
+                " + {:.1} MB for sliding-window layers' windows",
+                b as f64 / 1e6
+            ),
+        };
         let line = format!(
-            "hasten serve: model {model_id} ({}, {:.1} MB, {layers} layers, context {}) loaded in {:.0} ms; KV cache {} tokens ({}, {} bytes/token){disk}; speculation {speculation}; {} threads, {} kernels",
+            "hasten serve: model {model_id} ({}, {:.1} MB, {layers} layers, context {}) loaded in {:.0} ms; KV cache {} tokens ({}, {} bytes/token{windowed}){disk}; speculation {speculation}; {} threads, {} kernels",
             path.display(),
             lm.file_bytes as f64 / 1e6,
             limits.context_length,

@@ -811,6 +811,7 @@ mod tests {
             draft_model,
             kv_type: hasten_kernels::attention::KvType::F16,
             kv_bytes_per_token: 0,
+            kv_windowed_bytes: 0,
         };
         let ex = |j: &str| -> Extra { serde_json::from_str(j).unwrap() };
         let ok = |j, l| speculate(&mut ex(j), &l).unwrap();
@@ -943,6 +944,7 @@ mod tests {
             draft_model: false,
             kv_type: hasten_kernels::attention::KvType::F16,
             kv_bytes_per_token: 0,
+            kv_windowed_bytes: 0,
         };
         let sl = ServerLimits {
             max_prompt_tokens: None,

@@ -120,12 +120,14 @@ fn batch_equals_alone(fx: Fixture) {
             tokens: a,
             start_pos: 0,
             block_table: &[5, 1],
+            local_table: &[],
             logits: 1,
         },
         SeqBatch {
             tokens: b,
             start_pos: 0,
             block_table: &[0, 7],
+            local_table: &[],
             logits: 1,
         },
     ];
@@ -141,6 +143,7 @@ fn batch_equals_alone(fx: Fixture) {
         tokens: &[42],
         start_pos: 5,
         block_table: &[5, 1],
+        local_table: &[],
         logits: 1,
     }];
     let got = m.forward(&batch, &mut kv, &mut s, t).unwrap().to_vec();
@@ -167,6 +170,7 @@ fn logits_of_every_verified_position_equal_one_at_a_time() {
         tokens: ctx,
         start_pos: 0,
         block_table: &[3, 1],
+        local_table: &[],
         logits: 0,
     }];
     assert!(m.forward(&prefill, &mut kv, &mut s, t).unwrap().is_empty());
@@ -175,12 +179,14 @@ fn logits_of_every_verified_position_equal_one_at_a_time() {
             tokens: drafted,
             start_pos: 4,
             block_table: &[3, 1],
+            local_table: &[],
             logits: drafted.len(),
         },
         SeqBatch {
             tokens: &PROMPT[..3],
             start_pos: 0,
             block_table: &[6],
+            local_table: &[],
             logits: 0,
         },
     ];
@@ -214,6 +220,7 @@ fn bad_batches_are_errors_not_panics() {
             tokens,
             start_pos,
             block_table: table,
+            local_table: &[],
             logits: 1,
         }];
         assert!(
@@ -225,6 +232,7 @@ fn bad_batches_are_errors_not_panics() {
         tokens: &[1, 2],
         start_pos: 0,
         block_table: &[0],
+        local_table: &[],
         logits: 3,
     }];
     assert!(m
