@@ -227,10 +227,9 @@ pub fn main(a: Args) -> Result<()> {
     }
     // Bytes a decode step reads: every weight matrix once (the packed copy
     // replaces the file's bytes, same size) plus K and V of the average
-    // context during decode.
+    // context during decode (sliding-window layers: their window).
     let avg_ctx = n_prompt + generated / 2;
-    let decode_bytes =
-        model.weight_bytes() + avg_ctx * model.config.kv_bytes_per_token_as(a.kv_type);
+    let decode_bytes = model.weight_bytes() + model.config.kv_bytes_read(avg_ctx, a.kv_type);
     let decode_gbs = decode_bytes as f64 * decode_tps / 1e9;
     let read_gbs = if a.vs_estimate && decode_tokens > 0 {
         let bw = hasten_kernels::probe::read_bandwidth(threads, 512 << 20, 5) / 1e9;

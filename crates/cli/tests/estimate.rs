@@ -151,6 +151,23 @@ fn a_model_comes_from_a_gguf_file_a_config_json_or_dimensions() {
         (Some(8), Some(2), Some(128)),
         "{m}"
     );
+    // A Gemma 3 GGUF: five of its six layers see the last 8 positions,
+    // and the KV of a sequence counts 8 of theirs at most.
+    let g3 = dir.path().join("g3.gguf");
+    let g3 = g3.to_str().unwrap();
+    let o = hasten(&["synth", "--arch", "gemma3", "-o", g3]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let args = [
+        "estimate", "--model", g3, "--prompt", "100", "--output", "20", "--json",
+    ];
+    let v = json(&hasten(&args));
+    assert_eq!(
+        v["model"]["window"],
+        serde_json::json!({"size": 8, "layers": 5})
+    );
+    let per_token = v["estimate"]["kv_bytes_per_token"].as_f64().unwrap();
+    let per_seq = v["estimate"]["kv_bytes_per_sequence"].as_f64().unwrap();
+    assert_eq!(per_seq, per_token / 6.0 * (120.0 + 5.0 * 8.0));
 
     for (args, want) in [
         (vec!["--heads", "32"], "without --model, give at least"),

@@ -30,6 +30,17 @@ pub struct Model {
     /// Mixture of experts: experts per layer and experts used per token.
     pub experts: u64,
     pub active_experts: u64,
+    /// Sliding-window attention, if some layers have it.
+    pub window: Option<Window>,
+}
+
+/// Sliding-window attention: `layers` of the model's layers see only the
+/// last `size` positions (Gemma 2/3), so what they read per step, and
+/// what hasten keeps of them, stops growing there.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Window {
+    pub size: u64,
+    pub layers: u64,
 }
 
 impl Model {
@@ -85,7 +96,49 @@ impl Model {
     /// KV cache bytes per token: 2 (K and V) × layers × KV heads × head
     /// dimension × bytes per element.
     pub fn kv_bytes_per_token(&self, kv_bits: f64) -> f64 {
-        2.0 * (self.layers * self.kv_heads * self.head_dim) as f64 * kv_bits / 8.0
+        self.layers as f64 * self.kv_bytes_per_layer_token(kv_bits)
+    }
+
+    fn kv_bytes_per_layer_token(&self, kv_bits: f64) -> f64 {
+        2.0 * (self.kv_heads * self.head_dim) as f64 * kv_bits / 8.0
+    }
+
+    /// (layer, position) pairs of K and V a token at context `ctx` attends
+    /// over (and hasten keeps): `ctx` per layer, at most the window in
+    /// sliding-window layers.
+    pub fn kv_positions(&self, ctx: f64) -> f64 {
+        match self.window {
+            Some(w) => {
+                (self.layers - w.layers) as f64 * ctx + w.layers as f64 * ctx.min(w.size as f64)
+            }
+            None => self.layers as f64 * ctx,
+        }
+    }
+
+    /// KV bytes of one sequence at context `ctx` (what a step reads).
+    pub fn kv_bytes_at(&self, ctx: f64, kv_bits: f64) -> f64 {
+        self.kv_positions(ctx) * self.kv_bytes_per_layer_token(kv_bits)
+    }
+
+    /// (layer, position) pairs attended by the prompt positions after
+    /// `cached` up to `prompt` (a triangle; a band in windowed layers).
+    fn prefill_positions(&self, cached: f64, prompt: f64) -> f64 {
+        let tri = |a: f64, b: f64| (b * (b + 1.0) - a * (a + 1.0)) / 2.0;
+        let full = tri(cached, prompt);
+        match self.window {
+            Some(w) => {
+                let s = w.size as f64;
+                // Σ min(i, s) for i in cached+1..=prompt.
+                let rising = if prompt.min(s) > cached {
+                    tri(cached, prompt.min(s))
+                } else {
+                    0.0
+                };
+                let flat = s * (prompt - cached.max(s)).max(0.0);
+                (self.layers - w.layers) as f64 * full + w.layers as f64 * (rising + flat)
+            }
+            None => self.layers as f64 * full,
+        }
     }
 }
 
@@ -233,17 +286,17 @@ pub struct Estimate {
     pub decode_kv_read_bytes: f64,
 }
 
-/// Attention FLOPs for one token attending over `ctx` positions: QK^T and
-/// AV, 2 FLOPs per multiply-add, over every query head.
-fn attention_flops(m: &Model, ctx: f64) -> f64 {
-    4.0 * (m.layers * m.heads * m.head_dim) as f64 * ctx
+/// Attention FLOPs over `layer_positions` (layer, position) pairs: QK^T
+/// and AV, 2 FLOPs per multiply-add, over every query head.
+fn attention_flops(m: &Model, layer_positions: f64) -> f64 {
+    4.0 * (m.heads * m.head_dim) as f64 * layer_positions
 }
 
 /// One decode step of `batch` sequences at context `ctx`.
 struct Step<'a> {
     m: &'a Model,
     w_read: f64,
-    kv_tok: f64,
+    kv_bits: f64,
     batch: f64,
     rate: f64,
     hw: &'a Hardware,
@@ -252,10 +305,10 @@ struct Step<'a> {
 impl Step<'_> {
     /// One decode step of `batch` sequences at context `ctx`.
     fn at(&self, ctx: f64) -> Phase {
-        let kv = self.batch * ctx * self.kv_tok;
+        let kv = self.batch * self.m.kv_bytes_at(ctx, self.kv_bits);
         let bytes = self.w_read + kv;
         let matmul = self.batch * 2.0 * self.m.active_params() as f64;
-        let attention = self.batch * attention_flops(self.m, ctx);
+        let attention = self.batch * attention_flops(self.m, self.m.kv_positions(ctx));
         let hw = self.hw;
         if !hw.serial_phases {
             return Phase::new(bytes, matmul, attention, self.rate, hw);
@@ -308,9 +361,10 @@ pub fn estimate(m: &Model, weights: &DType, kv: &DType, hw: &Hardware, w: &Workl
     let weight_bytes_read = read_params as f64 * weights.bits / 8.0;
     let kv_tok = m.kv_bytes_per_token(kv.bits);
     let seq_tokens = (w.prompt_tokens + w.output_tokens) as f64;
+    let kv_seq = m.kv_bytes_at(seq_tokens, kv.bits);
     let free = hw.memory_gb * 1e9 - weight_bytes;
     let sequences_fit = if free > 0.0 && seq_tokens > 0.0 {
-        (free / (kv_tok * seq_tokens)).floor() as u64
+        (free / kv_seq).floor() as u64
     } else {
         0
     };
@@ -322,11 +376,10 @@ pub fn estimate(m: &Model, weights: &DType, kv: &DType, hw: &Hardware, w: &Workl
     let rate = matmul_tflops(weights, hw);
     let new = w.prompt_tokens.saturating_sub(w.cached_tokens) as f64;
     let (c, p) = (w.cached_tokens as f64, w.prompt_tokens as f64);
-    let positions = (p * (p + 1.0) - c * (c + 1.0)) / 2.0;
     let prefill = Phase::new(
-        weight_bytes_read + batch * (new * kv_tok + c * kv_tok),
+        weight_bytes_read + batch * (new * kv_tok + m.kv_bytes_at(c, kv.bits)),
         batch * 2.0 * ((active - head) as f64 * new + head as f64),
-        batch * attention_flops(m, 1.0) * positions,
+        batch * attention_flops(m, m.prefill_positions(c, p)),
         rate,
         hw,
     );
@@ -335,7 +388,7 @@ pub fn estimate(m: &Model, weights: &DType, kv: &DType, hw: &Hardware, w: &Workl
     let step = Step {
         m,
         w_read: weight_bytes_read,
-        kv_tok,
+        kv_bits: kv.bits,
         batch,
         rate,
         hw,
@@ -343,19 +396,31 @@ pub fn estimate(m: &Model, weights: &DType, kv: &DType, hw: &Hardware, w: &Workl
     let decode_first = step.at(ctx0);
     let decode_last = step.at(ctx0 + steps.max(1.0) - 1.0);
     // Both terms are linear in the context, so the mean step is the mean
-    // of the first and last whenever one bound holds throughout.
-    let mean_ctx = ctx0 + (steps.max(1.0) - 1.0) / 2.0;
-    let tpot_s = step.at(mean_ctx).seconds();
+    // of the first and last whenever one bound holds throughout; windowed
+    // layers bend the line where the window fills, so then the mean is
+    // taken over 64 evenly spaced steps.
+    let last_ctx = ctx0 + steps.max(1.0) - 1.0;
+    let mean_ctx = (ctx0 + last_ctx) / 2.0;
+    let mean_of = |f: &dyn Fn(f64) -> f64| match m.window {
+        Some(_) => {
+            (0..=64)
+                .map(|i| f(ctx0 + (last_ctx - ctx0) * i as f64 / 64.0))
+                .sum::<f64>()
+                / 65.0
+        }
+        None => f(mean_ctx),
+    };
+    let tpot_s = mean_of(&|ctx| step.at(ctx).seconds());
     let ttft_s = w.rtt_ms / 1e3 + prefill.seconds();
     let e2e_s = ttft_s + steps * tpot_s;
-    let kv_read = batch * mean_ctx * kv_tok;
+    let kv_read = batch * mean_of(&|ctx| m.kv_bytes_at(ctx, kv.bits));
     Estimate {
         params,
         active_params: active,
         weight_bytes,
         weight_bytes_read,
         kv_bytes_per_token: kv_tok,
-        kv_bytes_per_sequence: kv_tok * seq_tokens,
+        kv_bytes_per_sequence: kv_seq,
         sequences_fit,
         prefill,
         decode_first,
@@ -410,6 +475,23 @@ mod tests {
 
     const MIB: f64 = 1024.0 * 1024.0;
 
+    /// A 2-core CPU: 20 GB/s, 0.5 TFLOP/s, serial phases.
+    fn cpu() -> Hardware {
+        Hardware {
+            name: "cpu".into(),
+            memory_gb: 24.0,
+            bandwidth_gbs: 20.0,
+            tflops: 0.5,
+            int8_tops: None,
+            attention_tflops: Some(0.02),
+            decode_attention_tflops: Some(0.03),
+            llc_bytes: None,
+            llc_bandwidth_gbs: None,
+            step_fixed_s: 0.5e-3,
+            serial_phases: true,
+        }
+    }
+
     #[test]
     fn kv_per_token_matches_hand_computed_figures() {
         let f16 = dtype("f16").unwrap();
@@ -463,19 +545,7 @@ mod tests {
         let m = model("smollm2-135m").unwrap();
         let q4 = dtype("q4_0").unwrap();
         let f16 = dtype("f16").unwrap();
-        let cpu = Hardware {
-            name: "cpu".into(),
-            memory_gb: 24.0,
-            bandwidth_gbs: 20.0,
-            tflops: 0.5,
-            int8_tops: None,
-            attention_tflops: Some(0.02),
-            decode_attention_tflops: Some(0.03),
-            llc_bytes: None,
-            llc_bandwidth_gbs: None,
-            step_fixed_s: 0.5e-3,
-            serial_phases: true,
-        };
+        let cpu = cpu();
         let w = Workload {
             prompt_tokens: 4096,
             output_tokens: 2,
@@ -486,7 +556,8 @@ mod tests {
         let e = estimate(&m, &q4, &f16, &cpu, &w);
         let ctx = 4097.0;
         let weights = e.weight_bytes_read / 20e9;
-        let attn = (ctx * e.kv_bytes_per_token / 20e9).max(attention_flops(&m, ctx) / 0.03e12);
+        let attn = (ctx * e.kv_bytes_per_token / 20e9)
+            .max(attention_flops(&m, m.kv_positions(ctx)) / 0.03e12);
         let want = weights + attn + 0.5e-3;
         assert!(
             (e.tpot_s / want - 1.0).abs() < 1e-9,
@@ -593,5 +664,52 @@ mod tests {
         let huge = model("llama-3-70b").unwrap();
         let warn = estimate(&huge, &f16, &f16, &hw, &w(1)).warnings(&w(1), &hw);
         assert!(warn[0].starts_with("the weights ("), "{warn:?}");
+    }
+
+    /// Windowed layers attend (and keep) their last `size` positions: the
+    /// prefill band equals the sum of each position's, a step past the
+    /// window reads less and is faster than without one, and a window
+    /// wider than the context changes nothing.
+    #[test]
+    fn sliding_windows_bound_what_windowed_layers_read() {
+        let base = model("smollm2-135m").unwrap();
+        let gemma = Model {
+            window: Some(Window {
+                size: 512,
+                layers: 25,
+            }),
+            ..base.clone()
+        };
+        for (c, p) in [(0.0, 100.0), (0.0, 4096.0), (300.0, 700.0), (600.0, 2000.0)] {
+            let each: f64 = (c as u64 + 1..=p as u64)
+                .map(|i| gemma.kv_positions(i as f64))
+                .sum();
+            assert_eq!(gemma.prefill_positions(c, p), each, "{c}..{p}");
+        }
+        assert_eq!(gemma.kv_positions(4096.0), 5.0 * 4096.0 + 25.0 * 512.0);
+        let (q4, f16, hw) = (dtype("q4_0").unwrap(), dtype("f16").unwrap(), cpu());
+        let w = |prompt| Workload {
+            prompt_tokens: prompt,
+            output_tokens: 64,
+            batch: 1,
+            cached_tokens: 0,
+            rtt_ms: 0.0,
+        };
+        let (a, b) = (
+            estimate(&gemma, &q4, &f16, &hw, &w(16384)),
+            estimate(&base, &q4, &f16, &hw, &w(16384)),
+        );
+        assert!(
+            a.tpot_s < 0.7 * b.tpot_s && a.ttft_s < b.ttft_s,
+            "{} vs {}",
+            a.tpot_s,
+            b.tpot_s
+        );
+        assert!(a.kv_bytes_per_sequence < 0.3 * b.kv_bytes_per_sequence);
+        let (a, b) = (
+            estimate(&gemma, &q4, &f16, &hw, &w(300)),
+            estimate(&base, &q4, &f16, &hw, &w(300)),
+        );
+        assert!((a.tpot_s / b.tpot_s - 1.0).abs() < 1e-12 && a.ttft_s == b.ttft_s);
     }
 }

@@ -137,6 +137,7 @@ pub fn model(name: &str) -> Option<Model> {
         ffn_mats,
         experts,
         active_experts: active,
+        window: None,
     })
 }
 

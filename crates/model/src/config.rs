@@ -153,6 +153,15 @@ impl Config {
         (per(self.n_layers - local), per(local))
     }
 
+    /// Bytes of K and V one decode step reads at `ctx` positions: every
+    /// position in layers without a window, the last `window` in the
+    /// others (rows stored as `ty`).
+    pub fn kv_bytes_read(&self, ctx: usize, ty: hasten_kernels::attention::KvType) -> usize {
+        let (main, local) = self.kv_bytes_per_token_split(ty);
+        let seen = self.swa.as_ref().map_or(ctx, |w| ctx.min(w.window));
+        main * ctx + local * seen
+    }
+
     pub fn kv_dim(&self) -> usize {
         self.n_kv_heads * self.head_dim
     }

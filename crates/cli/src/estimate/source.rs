@@ -177,7 +177,17 @@ fn llama(
         ffn_mats: 3,
         experts: 1,
         active_experts: 1,
+        window: None,
     }
+}
+
+/// The sliding window of `c`'s local layers, if it has any.
+fn window_of(c: &hasten_model::config::Config) -> Option<hasten_estimate::Window> {
+    let w = c.swa.as_ref()?;
+    Some(hasten_estimate::Window {
+        size: w.window as u64,
+        layers: w.layers.iter().filter(|&&l| l).count() as u64,
+    })
 }
 
 /// Dimensions from the metadata; bits per weight from the tensor bytes the
@@ -211,6 +221,7 @@ fn from_gguf(path: &Path) -> Result<Source> {
         h.tensors.iter().all(|t| t.name != "output.weight"),
     );
     m.head_dim = c.head_dim as u64;
+    m.window = window_of(&c);
     if let Some(moe) = c.moe {
         m.ffn = moe.expert_ffn_dim as u64;
         m.experts = moe.n_experts as u64;
@@ -261,6 +272,10 @@ fn from_config_json(path: &Path) -> Result<Source> {
     );
     if let Some(d) = key("head_dim") {
         m.head_dim = d;
+    }
+    // The families hasten runs resolve their windows as the loader does.
+    if let Ok(c) = hasten_model::config::Config::from_hf_json(&text, &path.display().to_string()) {
+        m.window = window_of(&c);
     }
     if let Some(e) = key("num_local_experts") {
         m.experts = e;

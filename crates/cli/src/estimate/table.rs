@@ -110,10 +110,24 @@ pub fn print(i: &Inputs, load: &Workload, json: bool) -> Result<()> {
         ),
         format!("{:.4} MiB", e.kv_bytes_per_token / 1048576.0),
     );
+    let windowed = match m.window {
+        Some(w) => {
+            row(
+                "sliding window",
+                &format!(
+                    "{} of {} layers attend (and keep) the last {} positions only",
+                    w.layers, m.layers, w.size
+                ),
+                format!("{} tokens", w.size),
+            );
+            format!(" (windowed layers: {} at most)", w.size)
+        }
+        None => String::new(),
+    };
     row(
         "KV per sequence",
         &format!(
-            "per token × ({} + {})",
+            "per token × ({} + {}){windowed}",
             load.prompt_tokens, load.output_tokens
         ),
         format!("{:.3} GB", e.kv_bytes_per_sequence / 1e9),

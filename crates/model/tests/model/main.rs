@@ -246,6 +246,37 @@ fn bad_batches_are_errors_not_panics() {
     assert!(e.contains("context"), "{e}");
 }
 
+/// A windowed cache's sliding-window layers read `local_table`: one that
+/// does not cover the new positions or names a block outside that pool
+/// is an error, and a good one is accepted.
+#[test]
+fn a_windowed_cache_checks_the_local_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = gguf_model(&Fixture::tiny_gemma3(GgmlType::Q8_0), &dir);
+    let t = Threads::new(1).unwrap();
+    let ty = hasten_kernels::attention::KvType::F16;
+    let mut kv = KvCache::windowed(&m.config, 4, Some(2), 4, ty).unwrap();
+    assert_eq!(kv.local_blocks, Some(2));
+    let mut s = Scratch::new(&m.config, 8, 1);
+    let tables: [(&[u32], bool); 4] = [
+        (&[], false),
+        (&[0], false),
+        (&[0, 2], false),
+        (&[1, 0], true),
+    ];
+    for (local_table, ok) in tables {
+        let batch = [SeqBatch {
+            tokens: &PROMPT[..6],
+            start_pos: 0,
+            block_table: &[3, 2],
+            local_table,
+            logits: 1,
+        }];
+        let r = m.forward(&batch, &mut kv, &mut s, t);
+        assert_eq!(r.is_ok(), ok, "{local_table:?}");
+    }
+}
+
 #[test]
 fn missing_tensor_and_wrong_shape_are_named() {
     use hasten_model::gguf::{GgufWriter, Value};
