@@ -120,6 +120,10 @@ fn serve_keeps_only_the_window_of_sliding_window_layers() {
             server.metric("hasten_kv_bytes_per_token"),
             if full { 3072.0 } else { 512.0 }
         );
+        // 17 sequences' (8 + 8) / 16 + 2 blocks, and 512 / 16 for a step.
+        let windowed = server.metric("hasten_kv_windowed_blocks_total");
+        assert_eq!(windowed, if full { 0.0 } else { 17.0 * 3.0 + 32.0 });
+        assert_eq!(server.metric("hasten_kv_windowed_blocks_used"), 0.0);
     }
     assert_eq!(answers[0], answers[1]);
     assert_eq!(capacity, [16384.0, 5472.0]);

@@ -857,6 +857,12 @@ impl Core {
         m.kv_blocks_used = st.used;
         m.kv_blocks_free = st.free;
         m.kv_blocks_cached = st.cached_idle;
+        let w = self
+            .windowed
+            .as_ref()
+            .map(|w| w.pool.stats())
+            .unwrap_or_default();
+        (m.kv_windowed_blocks_total, m.kv_windowed_blocks_used) = (w.total, w.used);
         m.prefix_disk = self.disk.as_ref().map(|d| d.stats());
     }
 }

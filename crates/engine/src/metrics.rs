@@ -98,6 +98,10 @@ pub struct Metrics {
     pub kv_blocks_used: usize,
     pub kv_blocks_free: usize,
     pub kv_blocks_cached: usize,
+    /// The sliding-window layers' own pool (0 without one): its blocks,
+    /// and those held by sequences.
+    pub kv_windowed_blocks_total: usize,
+    pub kv_windowed_blocks_used: usize,
     /// The prefix cache's disk tier (`None` without one).
     pub prefix_disk: Option<crate::disk::DiskStats>,
     /// Current prefill token budget per step (from the ITL target).
@@ -137,6 +141,8 @@ impl Default for Metrics {
             kv_blocks_used: 0,
             kv_blocks_free: 0,
             kv_blocks_cached: 0,
+            kv_windowed_blocks_total: 0,
+            kv_windowed_blocks_used: 0,
             prefix_disk: None,
             step_token_budget: 0,
             queue_time: Histogram::latency(),

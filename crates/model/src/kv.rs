@@ -22,6 +22,7 @@
 use crate::config::Config;
 use crate::{Error, Result};
 use half::f16;
+use half::slice::HalfFloatSliceExt;
 use hasten_kernels::attention::{KvRows, KvType, PagedKv};
 
 #[derive(Debug)]
@@ -215,11 +216,9 @@ impl KvCache {
             for (h, x) in src.chunks_exact(hd).take(self.n_kv_heads).enumerate() {
                 let r = row0 + h * head_rows;
                 match s {
-                    Store::F16(d) => {
-                        for (d, x) in d[r * hd..(r + 1) * hd].iter_mut().zip(x) {
-                            *d = f16::from_f32(*x);
-                        }
-                    }
+                    // F16C eight at a time where the CPU has it (half's
+                    // run-time check).
+                    Store::F16(d) => d[r * hd..(r + 1) * hd].convert_from_f32_slice(x),
                     Store::Quant(b) => {
                         let rb = ty.row_bytes(hd);
                         quantize_row(ty, x, &mut b[r * rb..(r + 1) * rb]);

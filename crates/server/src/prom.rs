@@ -114,7 +114,7 @@ fn engine(out: &mut String, m: &Metrics) {
         ),
         (
             "hasten_kv_bytes_per_token",
-            "KV cache bytes per token (K and V of every layer, in the cache's --kv-type).",
+            "KV cache bytes per token of context (K and V of every layer, in the cache's --kv-type; without the sliding-window layers when they keep only their window).",
             m.kv_bytes_per_token,
         ),
         (
@@ -136,6 +136,16 @@ fn engine(out: &mut String, m: &Metrics) {
             "hasten_kv_blocks_cached",
             "Idle KV blocks kept for prefix reuse.",
             m.kv_blocks_cached,
+        ),
+        (
+            "hasten_kv_windowed_blocks_total",
+            "Blocks of the sliding-window layers' own KV pool (0 without one).",
+            m.kv_windowed_blocks_total,
+        ),
+        (
+            "hasten_kv_windowed_blocks_used",
+            "Blocks of the sliding-window layers' pool held by sequences.",
+            m.kv_windowed_blocks_used,
         ),
         (
             "hasten_step_token_budget",
