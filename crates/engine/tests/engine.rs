@@ -230,37 +230,7 @@ fn random_submit_cancel_finish_interleavings_leak_no_block() {
             draft_model: (round >= 4).then(|| model().0),
             ..cfg(if round % 2 == 0 { 256 } else { 1024 })
         });
-        let mut live: Vec<UnboundedReceiver<Event>> = Vec::new();
-        for _ in 0..400 {
-            match rng.gen_range(0..10) {
-                0..=2 => {
-                    let len = rng.gen_range(1..90);
-                    let p = if rng.gen_bool(0.3) {
-                        vec![7; len] // repeated prompts hit the prefix cache
-                    } else {
-                        prompt(&mut rng, len)
-                    };
-                    live.push(d.submit(spec(p, rng.gen_range(1..20))));
-                }
-                3 if !live.is_empty() => {
-                    let i = rng.gen_range(0..live.len());
-                    drop(live.swap_remove(i));
-                }
-                _ => {
-                    d.core.step();
-                }
-            }
-            live.retain_mut(|rx| {
-                while let Ok(ev) = rx.try_recv() {
-                    if matches!(ev, Event::Finished(_)) {
-                        return false;
-                    }
-                }
-                true
-            });
-        }
-        drop(live);
-        d.run_to_idle();
+        common::churn(&mut d, &mut rng, 400);
         let st = d.core.pool().stats();
         assert_eq!(st.used, 0, "round {round}: {st:?}");
         assert_eq!(st.free + st.cached_idle, st.total, "round {round}: {st:?}");

@@ -280,3 +280,32 @@ fn the_memory_a_window_saves_becomes_context() {
     };
     assert!(disk.windowed_blocks(&m).is_none());
 }
+
+/// Random submissions, cancellations and steps (with prompt-lookup drafts
+/// in odd rounds) return every block of both pools.
+#[test]
+fn random_interleavings_leak_no_windowed_block() {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(15);
+    for round in 0..4 {
+        let mut d = driver(
+            EngineConfig {
+                max_step_tokens: 48,
+                max_draft: if round % 2 == 0 { 0 } else { 5 },
+                ..cfg(if round < 2 { 400 } else { 1600 }, 4, false)
+            },
+            gemma3(),
+        );
+        common::churn(&mut d, &mut rng, 300);
+        for (name, st) in [
+            ("main", d.core.pool().stats()),
+            ("windowed", d.core.windowed_pool().unwrap().stats()),
+        ] {
+            assert_eq!(st.used, 0, "round {round}, {name}: {st:?}");
+            assert_eq!(
+                st.free + st.cached_idle,
+                st.total,
+                "round {round}, {name}: {st:?}"
+            );
+        }
+    }
+}

@@ -87,3 +87,40 @@ pub fn collect(rx: &mut UnboundedReceiver<Event>) -> (Vec<u32>, Finish) {
     }
     panic!("stream did not finish");
 }
+
+/// `steps` random actions on `d`: submit a prompt (a repeated one 30% of
+/// the time, so the prefix cache is hit), cancel a live request, or step;
+/// then every request left is cancelled and the engine runs to idle.
+pub fn churn(d: &mut Driver, rng: &mut rand_chacha::ChaCha8Rng, steps: usize) {
+    let mut live: Vec<UnboundedReceiver<Event>> = Vec::new();
+    for _ in 0..steps {
+        match rng.gen_range(0..10) {
+            0..=2 => {
+                let len = rng.gen_range(1..90);
+                let p = if rng.gen_bool(0.3) {
+                    vec![7; len] // repeated prompts hit the prefix cache
+                } else {
+                    prompt(rng, len)
+                };
+                live.push(d.submit(spec(p, rng.gen_range(1..20))));
+            }
+            3 if !live.is_empty() => {
+                let i = rng.gen_range(0..live.len());
+                drop(live.swap_remove(i));
+            }
+            _ => {
+                d.core.step();
+            }
+        }
+        live.retain_mut(|rx| {
+            while let Ok(ev) = rx.try_recv() {
+                if matches!(ev, Event::Finished(_)) {
+                    return false;
+                }
+            }
+            true
+        });
+    }
+    drop(live);
+    d.run_to_idle();
+}
