@@ -417,6 +417,7 @@ impl Engine {
         if let Some(d) = &cfg.draft_model {
             hasten_model::kv::check_kv_type(&d.config, cfg.kv_type)?;
         }
+        let (kv_bytes_per_token, kv_windowed_bytes) = cfg.kv_bytes(&model);
         let limits = Limits {
             vocab_size: model.config.vocab_size,
             context_length: model.config.context_length,
@@ -424,8 +425,8 @@ impl Engine {
             speculates: cfg.max_draft > 0,
             draft_model: cfg.max_draft > 0 && cfg.draft_model.is_some(),
             kv_type: cfg.kv_type,
-            kv_bytes_per_token: cfg.kv_bytes(&model).0,
-            kv_windowed_bytes: cfg.kv_bytes(&model).1,
+            kv_bytes_per_token,
+            kv_windowed_bytes,
         };
         let shared = Arc::new(Shared::default());
         let metrics = Arc::new(Mutex::new(Metrics::default()));
