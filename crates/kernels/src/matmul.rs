@@ -94,7 +94,7 @@ thread_local! {
 }
 
 /// The four-row kernel of the K-quant types, which have none.
-type NoX4 = fn([&[u8]; 2], [&[u8]; X4_N]) -> [[f32; 16]; X4_N];
+type NoX4 = fn([&[u8]; 2], &[&[u8]; X4_N]) -> [[f32; 16]; X4_N];
 const NO_X4: Option<NoX4> = None;
 
 /// Makes `v` at least `len` long; new elements are zero, old ones kept.
@@ -265,8 +265,8 @@ fn x8_rows<R: Copy>(
     xrow: &impl Fn(usize) -> R,
     gemv: impl Fn(&[u8], [R; 1]) -> [[f32; 8]; 1],
     gemm: impl Fn(&[u8], [R; X8_N]) -> [[f32; 8]; X8_N],
-    gemm16: Option<impl Fn([&[u8]; 2], [R; X8_N]) -> [[f32; 16]; X8_N]>,
-    gemm16_4: Option<impl Fn([&[u8]; 2], [R; X4_N]) -> [[f32; 16]; X4_N]>,
+    gemm16: Option<impl Fn([&[u8]; 2], &[R; X8_N]) -> [[f32; 16]; X8_N]>,
+    gemm16_4: Option<impl Fn([&[u8]; 2], &[R; X4_N]) -> [[f32; 16]; X4_N]>,
 ) {
     const SETS: usize = TOKEN_BLOCK / X8_N;
     let (r0, rows) = (blk.first(), blk.width());
@@ -289,7 +289,7 @@ fn x8_rows<R: Copy>(
             let pair = [group(g), group(g + 1)];
             if let Some(g8) = &gemm16 {
                 for (s, set) in sets[..full].iter().enumerate() {
-                    for (j, vj) in g8(pair, *set).iter().enumerate() {
+                    for (j, vj) in g8(pair, set).iter().enumerate() {
                         put(t0 + s * X8_N + j, i, vj);
                     }
                 }
@@ -299,12 +299,12 @@ fn x8_rows<R: Copy>(
             // one row alone takes the one-row kernel per group.
             match (&gemm16_4, &gemm16) {
                 (Some(g4), _) if (2..=X4_N).contains(&tl) => {
-                    for (j, vj) in g4(pair, tail4).iter().enumerate().take(tl) {
+                    for (j, vj) in g4(pair, &tail4).iter().enumerate().take(tl) {
                         put(tail0 + j, i, vj);
                     }
                 }
                 (_, Some(g8)) if tl >= 2 => {
-                    for (j, vj) in g8(pair, tail).iter().enumerate().take(tl) {
+                    for (j, vj) in g8(pair, &tail).iter().enumerate().take(tl) {
                         put(tail0 + j, i, vj);
                     }
                 }

@@ -65,17 +65,17 @@ pub type X8Gemm = fn(group: &[u8], x: [Q8Row<'_>; X8_N]) -> [[f32; 8]; X8_N];
 /// Two adjacent eight-row groups against [`X8_N`] activation rows: row `r`
 /// of each result is the pair's row `r` (the first group's rows, then the
 /// second's).
-pub type X16Gemm = fn(groups: [&[u8]; 2], x: [Q8Row<'_>; X8_N]) -> [[f32; 16]; X8_N];
+pub type X16Gemm = fn(groups: [&[u8]; 2], x: &[Q8Row<'_>; X8_N]) -> [[f32; 16]; X8_N];
 
 /// Activation rows of the short sixteen-row tiles ([`X16Gemm4`]).
 pub const X4_N: usize = 4;
 /// The same as [`X16Gemm`] against [`X4_N`] activation rows (the tails of
 /// batches that are not a multiple of [`X8_N`]).
-pub type X16Gemm4 = fn(groups: [&[u8]; 2], x: [Q8Row<'_>; X4_N]) -> [[f32; 16]; X4_N];
+pub type X16Gemm4 = fn(groups: [&[u8]; 2], x: &[Q8Row<'_>; X4_N]) -> [[f32; 16]; X4_N];
 
 /// Two adjacent eight-row K-quant groups against [`X8_N`] Q8_K activation
 /// rows (rows as in [`X16Gemm`]).
-pub type K16Gemm = fn(groups: [&[u8]; 2], x: [&[u8]; X8_N]) -> [[f32; 16]; X8_N];
+pub type K16Gemm = fn(groups: [&[u8]; 2], x: &[&[u8]; X8_N]) -> [[f32; 16]; X8_N];
 
 /// One eight-row Q4_K, Q5_K or Q6_K group against one Q8_K activation row.
 pub type K8Gemv = fn(group: &[u8], x: [&[u8]; 1]) -> [[f32; 8]; 1];

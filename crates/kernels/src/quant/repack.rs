@@ -522,8 +522,9 @@ mod tests {
                     covered += 1;
                     let (td, tds) = terms(table.x8_zero_offset(ty), &xq);
                     let xt = rows(&xq, &td, &tds, blocks);
-                    let got = gemm16([g0, g1], xt);
-                    let four = table.x16_path4(ty).unwrap()([g0, g1], [xt[0], xt[1], xt[2], xt[3]]);
+                    let got = gemm16([g0, g1], &xt);
+                    let four =
+                        table.x16_path4(ty).unwrap()([g0, g1], &[xt[0], xt[1], xt[2], xt[3]]);
                     for (j, row) in four.iter().enumerate() {
                         assert_eq!(
                             row, &got[j],
@@ -690,7 +691,7 @@ mod tests {
             let Some(gemm16) = Kernels::for_isa(isa).k16_path(ty) else {
                 continue;
             };
-            let got = gemm16([g0, g1], x);
+            let got = gemm16([g0, g1], &x);
             for j in 0..X8_N {
                 let want = [x8_dot(g0, x[j]), x8_dot(g1, x[j])].concat();
                 for r in 0..16 {

@@ -101,14 +101,14 @@ pub(super) unsafe fn sub_block_dot(pairs: &[__m512i; 4], bx: *const u8) -> __m51
 }
 
 /// Two adjacent eight-row Q4_K groups times [`X8_N`] Q8_K activation rows.
-pub fn gemm_q4_kx16(groups: [&[u8]; 2], x: [&[u8]; X8_N]) -> [[f32; 16]; X8_N] {
-    let nb = whole_blocks(groups, &x, Q4K_UNIT);
+pub fn gemm_q4_kx16(groups: [&[u8]; 2], x: &[&[u8]; X8_N]) -> [[f32; 16]; X8_N] {
+    let nb = whole_blocks(groups, x, Q4K_UNIT);
     // SAFETY: features detected by the kernel table; `nb` whole blocks everywhere.
     unsafe {
         gemm_q4_kx16_impl(
             groups[0].as_ptr(),
             groups[1].as_ptr(),
-            x.map(|r| r.as_ptr()),
+            std::array::from_fn(|j| x[j].as_ptr()),
             nb,
         )
     }
@@ -187,14 +187,14 @@ unsafe fn gemm_q4_kx16_impl(
 }
 
 /// Two adjacent eight-row Q6_K groups times [`X8_N`] Q8_K activation rows.
-pub fn gemm_q6_kx16(groups: [&[u8]; 2], x: [&[u8]; X8_N]) -> [[f32; 16]; X8_N] {
-    let nb = whole_blocks(groups, &x, Q6K_UNIT);
+pub fn gemm_q6_kx16(groups: [&[u8]; 2], x: &[&[u8]; X8_N]) -> [[f32; 16]; X8_N] {
+    let nb = whole_blocks(groups, x, Q6K_UNIT);
     // SAFETY: features detected by the kernel table; `nb` whole blocks everywhere.
     unsafe {
         gemm_q6_kx16_impl(
             groups[0].as_ptr(),
             groups[1].as_ptr(),
-            x.map(|r| r.as_ptr()),
+            std::array::from_fn(|j| x[j].as_ptr()),
             nb,
         )
     }

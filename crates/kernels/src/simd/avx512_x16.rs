@@ -169,7 +169,7 @@ macro_rules! x16 {
     (@ $name:ident, $impl_name:ident, $rn:expr, $unit:expr, $prep:expr, $sums:ident, $mins:literal, [$($j:literal)+]) => {
         /// Two adjacent eight-row groups times `$rn` activation rows (see
         /// the module docs): row `r` of the result is `8 * g + r`.
-        pub fn $name(groups: [&[u8]; 2], x: [Q8Row<'_>; $rn]) -> [[f32; 16]; $rn] {
+        pub fn $name(groups: [&[u8]; 2], x: &[Q8Row<'_>; $rn]) -> [[f32; 16]; $rn] {
             let nb = x.iter().fold(
                 (groups[0].len() / $unit).min(groups[1].len() / $unit),
                 |m, r| m.min(r.q.len() / 34).min(r.d.len()).min(r.ds.len()),
@@ -186,7 +186,7 @@ macro_rules! x16 {
         unsafe fn $impl_name(
             a: *const u8,
             b: *const u8,
-            x: [Q8Row<'_>; $rn],
+            x: &[Q8Row<'_>; $rn],
             nb: usize,
         ) -> [[f32; 16]; $rn] {
             const { assert!([$($j),+].len() == $rn) };

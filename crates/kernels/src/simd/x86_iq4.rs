@@ -359,14 +359,14 @@ k8!(
 /// IQ4_XS, sixteen rows (two adjacent groups) times [`X8_N`] activation
 /// rows, on 512-bit registers, for prefill and batched decode: each
 /// 64-element chunk's levels (plus 128) are looked up once for all rows.
-pub fn gemm_iq4_xsx16(groups: [&[u8]; 2], x: [&[u8]; X8_N]) -> [[f32; 16]; X8_N] {
-    let nb = whole_blocks(groups, &x, IQ4XS_UNIT);
+pub fn gemm_iq4_xsx16(groups: [&[u8]; 2], x: &[&[u8]; X8_N]) -> [[f32; 16]; X8_N] {
+    let nb = whole_blocks(groups, x, IQ4XS_UNIT);
     // SAFETY: features detected by the kernel table; `nb` whole blocks everywhere.
     unsafe {
         gemm_iq4_xsx16_impl(
             groups[0].as_ptr(),
             groups[1].as_ptr(),
-            x.map(|r| r.as_ptr()),
+            std::array::from_fn(|j| x[j].as_ptr()),
             nb,
         )
     }
