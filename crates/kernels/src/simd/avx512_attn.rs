@@ -214,7 +214,7 @@ pub(super) unsafe fn tile_q8k(
         let mut row_max = vec![0.0f32; rows];
         scores_q8(view, k, &qq, rows, start, n_last, w, scores, &mut row_max);
         match view.kv.v {
-            KvRows::Quant(KvType::Q8_0 | KvType::Q4_0, v) if hd.is_multiple_of(64) => {
+            KvRows::Quant(KvType::Q8_0 | KvType::Q4_0, v) => {
                 let rm = Some(&row_max[..]);
                 softmax_and_sum(view, t, g, n_ctx, start, rm, scores, lse, out, |s, o| {
                     weighted_v_q8(view, v, s, rows, start, n_last, w, o)
@@ -365,10 +365,12 @@ unsafe fn softmax_rows(
 /// [`crate::attention_q8`]), and each pair of `vpdpbusd` (high and low
 /// weight bytes) with four positions' weights advances sixteen dimensions.
 /// The dimensions of the accumulators are in the transpose's order until
-/// the end.
+/// the end. A head of 32 mod 64 values (Phi-3's 96) ends in half a
+/// slice: its missing block reads as zeros with scale 0, and its
+/// dimensions are dropped at the end.
 ///
 /// # Safety
-/// AVX-512 F/BW/VL/VNNI are available; `hd` is a multiple of 64 and at
+/// AVX-512 F/BW/VL/VNNI are available; `hd` is a multiple of 32 and at
 /// most 256; `probs` holds `rows * w` values, `out` `rows * hd`, and
 /// `n_last` is at most the rows the view's block table covers.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -385,19 +387,22 @@ pub(crate) unsafe fn weighted_v_q8(
 ) {
     const SUB: usize = V_CHUNK / LANES;
     let hd = view.kv.head_dim;
-    let (nb, nz) = (hd / QK, hd / 64);
+    let (nb, nz) = (hd / QK, hd.div_ceil(64));
+    // Accumulator row stride: whole 64-value slices.
+    let sw = nz * 64;
     let zero = [0u8; MAX_ROW];
     let head = HeadRows::new(view, view.kv.v.ty());
     let mut wide: Wide = [0; LANES * MAX_ROW];
     // Transposed chunk: [group of 4 positions][64-value slice][register][64 bytes].
     let mut vt = [0u8; V_CHUNK / 4 * (256 / 64) * 4 * 64];
-    let mut acc_f = vec![0.0f32; rows * hd];
+    let mut acc_f = vec![0.0f32; rows * sw];
     let tiny = _mm512_set1_ps(MIN_WEIGHT_MAX);
     for p0 in (start..n_last).step_by(V_CHUNK) {
         // Per sixteen-position half: the weights' lanes inside the
         // weights row, and each V block's scales times 65535 over the
         // chunk's largest scale of that block (shared by all rows).
         let mut mask = [0 as __mmask16; SUB];
+        // Blocks past `nb` (half a last slice) keep scale 0.
         let mut dvs = [[_mm512_setzero_ps(); SUB]; 8];
         let mut dmax = [0.0f32; 8];
         for h in 0..SUB {
@@ -407,13 +412,13 @@ pub(crate) unsafe fn weighted_v_q8(
             // SAFETY: every pointer in `ptr` starts a whole row of `nb`
             // blocks; `vt` holds `V_CHUNK / 4 * nz * 4` registers.
             unsafe {
-                transpose_v(&ptr, nz, vt[h * 4 * nz * 4 * 64..].as_mut_ptr());
+                transpose_v(&ptr, nb, vt[h * 4 * nz * 4 * 64..].as_mut_ptr());
                 for b in 0..nb {
                     dvs[b][h] = block_scales(&ptr, b * BLOCK_BYTES);
                 }
             }
         }
-        for b in 0..nb {
+        for b in 0..2 * nz {
             let m = dvs[b].iter().fold(tiny, |m, d| _mm512_max_ps(m, *d));
             dmax[b] = _mm512_reduce_max_ps(m);
             let c = _mm512_set1_ps(WEIGHT_MAX / dmax[b]);
@@ -483,8 +488,8 @@ pub(crate) unsafe fn weighted_v_q8(
                 );
                 for i in 0..4 {
                     let a = _mm512_add_epi32(_mm512_slli_epi32::<8>(hi[i]), lo[i]);
-                    let o = acc_f[r * hd + (z * 4 + i) * 16..].as_mut_ptr();
-                    // SAFETY: 16 floats of row `r` from `(z * 4 + i) * 16 < hd`.
+                    let o = acc_f[r * sw + (z * 4 + i) * 16..].as_mut_ptr();
+                    // SAFETY: 16 floats of row `r` from `(z * 4 + i) * 16 < sw`.
                     unsafe {
                         _mm512_storeu_ps(
                             o,
@@ -500,8 +505,10 @@ pub(crate) unsafe fn weighted_v_q8(
         for z in 0..nz {
             for i in 0..4 {
                 for l in 0..16 {
-                    out[r * hd + 64 * z + 16 * (l / 4) + 4 * i + l % 4] =
-                        acc_f[r * hd + (z * 4 + i) * 16 + l];
+                    let d = 64 * z + 16 * (l / 4) + 4 * i + l % 4;
+                    if d < hd {
+                        out[r * hd + d] = acc_f[r * sw + (z * 4 + i) * 16 + l];
+                    }
                 }
             }
         }
@@ -523,24 +530,32 @@ unsafe fn block_scales(ptr: &[*const u8; LANES], off: usize) -> __m512 {
     unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(sc.as_ptr() as *const __m256i)) }
 }
 
-/// Transposes the sixteen V rows at `ptr` (`nz` 64-value slices each) into
-/// `vt`: for each group of four positions and each slice, four registers
-/// whose dword lanes hold one dimension of the four positions (lane `l`
-/// of register `i`: dimension `16 (l / 4) + 4 i + l % 4` of the slice).
+/// Transposes the sixteen V rows at `ptr` (`nb` Q8_0 blocks each, in
+/// `nz = nb.div_ceil(2)` 64-value slices; an odd last block's missing
+/// partner reads as zeros) into `vt`: for each group of four positions and
+/// each slice, four registers whose dword lanes hold one dimension of the
+/// four positions (lane `l` of register `i`: dimension `16 (l / 4) + 4 i +
+/// l % 4` of the slice).
 ///
 /// # Safety
-/// Each `ptr[j]` starts a row of `2 * nz` Q8_0 blocks; `vt` holds
+/// Each `ptr[j]` starts a row of `nb` Q8_0 blocks; `vt` holds
 /// `4 * nz * 4 * 64` bytes; AVX-512 F/BW are available.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-unsafe fn transpose_v(ptr: &[*const u8; LANES], nz: usize, vt: *mut u8) {
+unsafe fn transpose_v(ptr: &[*const u8; LANES], nb: usize, vt: *mut u8) {
+    let nz = nb.div_ceil(2);
     // SAFETY: the caller's contract covers every load and store.
     unsafe {
         for z in 0..nz {
             let off = 2 * z * BLOCK_BYTES + 2;
+            let whole = 2 * z + 1 < nb;
             let load = |j: usize| {
                 let lo = _mm256_loadu_si256(ptr[j].add(off) as *const __m256i);
-                let hi = _mm256_loadu_si256(ptr[j].add(off + BLOCK_BYTES) as *const __m256i);
+                let hi = if whole {
+                    _mm256_loadu_si256(ptr[j].add(off + BLOCK_BYTES) as *const __m256i)
+                } else {
+                    _mm256_setzero_si256()
+                };
                 _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
             };
             for grp in 0..4 {
@@ -642,9 +657,6 @@ mod tests {
         for ((bs, nkv, hd, n_last, start), ty) in
             SHAPES.into_iter().flat_map(|s| TYPES.map(|t| (s, t)))
         {
-            if !hd.is_multiple_of(64) {
-                continue;
-            }
             let c = Cache::with_type(n_last.div_ceil(bs) + 1, bs, nkv, hd, start, 0.3, ty);
             let view = c.view();
             let rows = 3;
