@@ -151,28 +151,29 @@ impl Rope {
         Rope { mscale, ..self }
     }
 
-    /// Rotates each head of `x` (`n_heads * head_dim`) in place for position `pos`.
-    pub fn apply(&self, x: &mut [f32], head_dim: usize, pos: usize) {
-        let pairs = self.inv_freq.len().min(head_dim / 2);
-        // The angles depend only on the position and the pair: one sin_cos
-        // per pair for all heads (the same values as computing them per head).
-        const MAX_PAIRS: usize = 128;
-        let mut table = [(0.0f32, 0.0f32); MAX_PAIRS];
-        let cached = pairs <= MAX_PAIRS;
-        if cached {
-            for (i, sc) in table[..pairs].iter_mut().enumerate() {
-                let (sin, cos) = (pos as f32 * self.inv_freq[i]).sin_cos();
-                *sc = (sin * self.mscale, cos * self.mscale);
-            }
+    /// Rotated pairs per head: the `(sin, cos)` pairs [`Rope::angles`] fills.
+    pub fn pairs(&self) -> usize {
+        self.inv_freq.len()
+    }
+
+    /// The rotation of position `pos`: `(sin, cos)` of each pair's angle,
+    /// scaled by `mscale`, into `out` ([`Rope::pairs`] long). The angles
+    /// depend only on the position and the pair, so a forward pass takes
+    /// them once per token for every head and layer.
+    pub fn angles(&self, pos: usize, out: &mut [(f32, f32)]) {
+        for (sc, &f) in out.iter_mut().zip(&self.inv_freq) {
+            let (sin, cos) = (pos as f32 * f).sin_cos();
+            *sc = (sin * self.mscale, cos * self.mscale);
         }
+    }
+
+    /// Rotates each head of `x` (`n_heads * head_dim`) in place by
+    /// `angles` ([`Rope::angles`] of the token's position).
+    pub fn rotate(&self, x: &mut [f32], head_dim: usize, angles: &[(f32, f32)]) {
+        let pairs = self.inv_freq.len().min(head_dim / 2);
+        let angles = &angles[..pairs];
         for head in x.chunks_exact_mut(head_dim) {
-            for i in 0..pairs {
-                let (sin, cos) = if cached {
-                    table[i]
-                } else {
-                    let (sin, cos) = (pos as f32 * self.inv_freq[i]).sin_cos();
-                    (sin * self.mscale, cos * self.mscale)
-                };
+            for (i, &(sin, cos)) in angles.iter().enumerate() {
                 let (a, b) = match self.style {
                     RopeStyle::Normal => (2 * i, 2 * i + 1),
                     RopeStyle::Neox => (i, i + pairs),
@@ -182,6 +183,13 @@ impl Rope {
                 head[b] = x0 * sin + x1 * cos;
             }
         }
+    }
+
+    /// Rotates each head of `x` (`n_heads * head_dim`) in place for position `pos`.
+    pub fn apply(&self, x: &mut [f32], head_dim: usize, pos: usize) {
+        let mut angles = vec![(0.0f32, 0.0f32); self.pairs()];
+        self.angles(pos, &mut angles);
+        self.rotate(x, head_dim, &angles);
     }
 }
 

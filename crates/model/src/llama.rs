@@ -386,6 +386,9 @@ pub struct Scratch {
     logits: Vec<f32>,
     /// (sequence index, position) of each stacked token.
     tok: Vec<(usize, usize)>,
+    /// Each RoPE table's angles for every stacked token (`[rope][token][pair]`),
+    /// taken once per forward pass for all layers.
+    angles: Vec<(f32, f32)>,
     moe: Option<MoeScratch>,
 }
 
@@ -407,6 +410,7 @@ impl Scratch {
             last: vec![0.0; max_seqs * c.dim],
             logits: vec![0.0; max_seqs * c.vocab_size],
             tok: Vec::with_capacity(t),
+            angles: Vec::new(),
             moe: c.moe.as_ref().map(|m| MoeScratch::new(c, m, t)),
         }
     }
@@ -635,6 +639,18 @@ impl Model {
         threads: Threads,
     ) -> Result<()> {
         let t = s.tok.len();
+        s.angles.clear();
+        let rt = rope_threads(t, threads);
+        for rope in &self.ropes {
+            let (at, pairs) = (s.angles.len(), rope.pairs());
+            s.angles.resize(at + t * pairs, (0.0, 0.0));
+            let tok = &s.tok;
+            par_chunks(&mut s.angles[at..], pairs, rt, |first, piece| {
+                for (j, a) in piece.chunks_exact_mut(pairs.max(1)).enumerate() {
+                    rope.angles(tok[first + j].1, a);
+                }
+            });
+        }
         for (li, layer) in self.layers.iter().enumerate() {
             self.attention(li, layer, batch, kv, s, threads)?;
             self.feed_forward(layer, t, s, threads)?;
@@ -702,12 +718,25 @@ impl Model {
             norm_heads(q, nq, c.norm_eps, nq.len());
             norm_heads(k, nk, c.norm_eps, nk.len());
         }
-        let rope = layer.spec.rope.map(|r| &self.ropes[r]);
+        if let Some(r) = layer.spec.rope {
+            let rope = &self.ropes[r];
+            let pairs = rope.pairs();
+            let at: usize = self.ropes[..r].iter().map(|r| t * r.pairs()).sum();
+            let angles = &s.angles[at..at + t * pairs];
+            let at_token = |j: usize| &angles[j * pairs..(j + 1) * pairs];
+            let rt = rope_threads(t, threads);
+            par_chunks(q, qd, rt, |first, piece| {
+                for (j, row) in piece.chunks_exact_mut(qd).enumerate() {
+                    rope.rotate(row, hd, at_token(first + j));
+                }
+            });
+            par_chunks(k, kvd, rt, |first, piece| {
+                for (j, row) in piece.chunks_exact_mut(kvd).enumerate() {
+                    rope.rotate(row, hd, at_token(first + j));
+                }
+            });
+        }
         for (j, &(seq, pos)) in s.tok.iter().enumerate() {
-            if let Some(rope) = rope {
-                rope.apply(&mut q[j * qd..(j + 1) * qd], hd, pos);
-                rope.apply(&mut k[j * kvd..(j + 1) * kvd], hd, pos);
-            }
             let table = batch[seq].table(kv.is_windowed(li));
             let slot = table[pos / kv.block_size] as usize * kv.block_size + pos % kv.block_size;
             kv.store(
@@ -833,6 +862,16 @@ impl Model {
 /// (a decode step of few sequences), each item's context is split across
 /// threads instead ([`hasten_kernels::attention_split`]).
 #[allow(clippy::too_many_arguments)]
+/// Threads for the RoPE work of `t` tokens: a decode step's few rows
+/// are not worth a hand-off to the pool.
+fn rope_threads(t: usize, threads: Threads) -> Threads {
+    if t >= 32 {
+        threads
+    } else {
+        Threads::ONE
+    }
+}
+
 fn attend_all(
     c: &Config,
     view: &HeadView<'_>,
