@@ -767,14 +767,23 @@ impl Model {
             &mut s.att_t[..t * qd],
             threads,
         );
-        let (n_kv, group) = (c.n_kv_heads, c.n_heads / c.n_kv_heads);
-        for kvh in 0..n_kv {
-            for j in 0..t {
-                let src = (kvh * t + j) * group * hd;
-                let dst = j * qd + kvh * group * hd;
-                s.att[dst..dst + group * hd].copy_from_slice(&s.att_t[src..src + group * hd]);
-            }
-        }
+        // Back to token-major rows ([token][head][head_dim]), on every
+        // thread when the tokens are many.
+        let (n_kv, gq) = (c.n_kv_heads, c.n_heads / c.n_kv_heads * hd);
+        let att_t = &s.att_t[..t * qd];
+        par_chunks(
+            &mut s.att[..t * qd],
+            qd,
+            rope_threads(t, threads),
+            |first, piece| {
+                for (j, row) in piece.chunks_exact_mut(qd).enumerate() {
+                    for (kvh, dst) in row.chunks_exact_mut(gq).enumerate().take(n_kv) {
+                        let src = (kvh * t + first + j) * gq;
+                        dst.copy_from_slice(&att_t[src..src + gq]);
+                    }
+                }
+            },
+        );
         let proj = &mut s.proj[..t * dim];
         matmul(&layer.wo.matrix()?, &s.att[..t * qd], proj, threads)?;
         self.add_residual(layer.attn_post_norm.as_deref(), t, s, threads);
@@ -862,8 +871,9 @@ impl Model {
 /// (a decode step of few sequences), each item's context is split across
 /// threads instead ([`hasten_kernels::attention_split`]).
 #[allow(clippy::too_many_arguments)]
-/// Threads for the RoPE work of `t` tokens: a decode step's few rows
-/// are not worth a hand-off to the pool.
+/// Threads for the per-token work of `t` tokens (RoPE, the attention
+/// output's reordering): a decode step's few rows are not worth a
+/// hand-off to the pool.
 fn rope_threads(t: usize, threads: Threads) -> Threads {
     if t >= 32 {
         threads
