@@ -128,6 +128,7 @@ unsafe fn gemm_q4_kx16_impl(
     super::align_frame!();
     let m4 = _mm512_set1_epi8(0x0f);
     let mut acc = [_mm512_setzero_ps(); X8_N];
+    super::prefetch_start(b, nb * Q4K_UNIT);
     for blk in 0..nb {
         // SAFETY: (the whole loop body) unit `blk < nb` of both groups and
         // block `blk` of every activation row exist; offsets are the unit
@@ -211,6 +212,7 @@ unsafe fn gemm_q6_kx16_impl(
 ) -> [[f32; 16]; X8_N] {
     super::align_frame!();
     let mut acc = [_mm512_setzero_ps(); X8_N];
+    super::prefetch_start(b, nb * Q6K_UNIT);
     for blk in 0..nb {
         // SAFETY: (the whole loop body) unit `blk < nb` of both groups and
         // block `blk` of every activation row exist; offsets are the unit

@@ -192,6 +192,7 @@ macro_rules! x16 {
             const { assert!([$($j),+].len() == $rn) };
             super::align_frame!();
             let mut acc = [_mm512_setzero_ps(); $rn];
+            super::prefetch_start(b, nb * $unit);
             for blk in 0..nb {
                 // SAFETY: unit `blk < nb` of both groups.
                 let (ua, ub) = unsafe { (a.add(blk * $unit), b.add(blk * $unit)) };

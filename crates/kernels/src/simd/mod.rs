@@ -87,6 +87,23 @@ pub(crate) fn prefetch_ahead(p: *const u8, len: usize) {
     }
 }
 
+/// Prefetches the first [`PREFETCH_AHEAD`] bytes at `p` (at most `len`):
+/// what [`prefetch_ahead`] of the blocks before `p` would have fetched
+/// had the stream not started at this call (a kernel reading two weight
+/// groups at once starts its second stream cold).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(unsafe_code)]
+pub(crate) fn prefetch_start(p: *const u8, len: usize) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+    let mut o = 0;
+    while o < len.min(PREFETCH_AHEAD) {
+        // SAFETY: as in `prefetch_ahead`: a prefetch cannot fault.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(o) as *const i8) };
+        o += 64;
+    }
+}
+
 /// The constants of every tier's polynomial `exp` (Cephes' `expf`): inputs
 /// are clamped to `±EXP_MAX`, `n = round(x log2 e)`, `r = x - n ln 2` with
 /// ln 2 split in two (`LN2_HI + LN2_LO`) so the product is exact, and
