@@ -388,6 +388,7 @@ unsafe fn gemm_iq4_xsx16_impl(
     // SAFETY: LEVELS_U holds 16 bytes.
     let t = _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(LEVELS_U.as_ptr() as *const __m128i) });
     let mut acc = [_mm512_setzero_ps(); X8_N];
+    super::prefetch_start(b, nb * IQ4XS_UNIT);
     for blk in 0..nb {
         // SAFETY: (the whole loop body) unit `blk < nb` of both groups and
         // block `blk` of every activation row exist; offsets are the unit
@@ -395,6 +396,9 @@ unsafe fn gemm_iq4_xsx16_impl(
         // nibbles at 80.
         unsafe {
             let (ua, ub) = (a.add(blk * IQ4XS_UNIT), b.add(blk * IQ4XS_UNIT));
+            // The weights are read once per step: fetch ahead of them.
+            super::prefetch_ahead(ua, IQ4XS_UNIT);
+            super::prefetch_ahead(ub, IQ4XS_UNIT);
             // Sub-block sums times their scales, in f32: exact products
             // of integers below 2^24 and 6-bit scales, rounded only where
             // they add up (vpmulld costs two port-0 uops per use).
