@@ -640,7 +640,7 @@ impl Model {
     ) -> Result<()> {
         let t = s.tok.len();
         s.angles.clear();
-        let rt = rope_threads(t, threads);
+        let rt = per_token_threads(t, threads);
         for rope in &self.ropes {
             let (at, pairs) = (s.angles.len(), rope.pairs());
             s.angles.resize(at + t * pairs, (0.0, 0.0));
@@ -724,7 +724,7 @@ impl Model {
             let at: usize = self.ropes[..r].iter().map(|r| t * r.pairs()).sum();
             let angles = &s.angles[at..at + t * pairs];
             let at_token = |j: usize| &angles[j * pairs..(j + 1) * pairs];
-            let rt = rope_threads(t, threads);
+            let rt = per_token_threads(t, threads);
             par_chunks(q, qd, rt, |first, piece| {
                 for (j, row) in piece.chunks_exact_mut(qd).enumerate() {
                     rope.rotate(row, hd, at_token(first + j));
@@ -774,7 +774,7 @@ impl Model {
         par_chunks(
             &mut s.att[..t * qd],
             qd,
-            rope_threads(t, threads),
+            per_token_threads(t, threads),
             |first, piece| {
                 for (j, row) in piece.chunks_exact_mut(qd).enumerate() {
                     for (kvh, dst) in row.chunks_exact_mut(gq).enumerate().take(n_kv) {
@@ -874,7 +874,7 @@ impl Model {
 /// Threads for the per-token work of `t` tokens (RoPE, the attention
 /// output's reordering): a decode step's few rows are not worth a
 /// hand-off to the pool.
-fn rope_threads(t: usize, threads: Threads) -> Threads {
+fn per_token_threads(t: usize, threads: Threads) -> Threads {
     if t >= 32 {
         threads
     } else {
