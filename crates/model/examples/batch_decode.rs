@@ -3,7 +3,8 @@
 //! all rows, so the ratio shows what continuous batching will buy.
 //!
 //! Run: cargo run --release -p hasten-model --example batch_decode -- MODEL.gguf [THREADS] [SIZES]
-//! (SIZES: comma-separated sequence counts, default 1,4,8,16).
+//! (SIZES: comma-separated sequence counts, default 1,4,8,16; env PROMPT, default 32:
+//! positions prefilled per sequence before the timed steps; STEPS, default 16).
 
 use hasten_kernels::threads::Threads;
 use hasten_model::config::Config;
@@ -27,8 +28,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let config = Config::from_gguf(&f.header, &f.name, n_vocab)?;
     let model = Model::load(&f, config, Naming::Gguf)?;
     let c = &model.config;
-    let (ctx, block) = (64usize, 16usize);
-    let per_seq = ctx / block;
+    let env = |k: &str, d: usize| {
+        std::env::var(k)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(d)
+    };
+    // PROMPT positions are prefilled per sequence, then STEPS decode steps timed.
+    let (prompt_len, steps, block) = (env("PROMPT", 32).max(1), env("STEPS", 16), 16usize);
+    let per_seq = (prompt_len + steps).div_ceil(block);
     let mut base = None;
     println!("| sequences | step ms | vs 1 sequence | tokens/s |");
     println!("|---|---|---|---|");
@@ -41,12 +49,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     for b in sizes {
         let mut kv = KvCache::new(c, b * per_seq, block);
-        let mut s = Scratch::new(c, b * 32, b);
+        let mut s = Scratch::new(c, b * prompt_len, b);
         let tables: Vec<Vec<u32>> = (0..b)
             .map(|i| ((i * per_seq) as u32..((i + 1) * per_seq) as u32).collect())
             .collect();
-        // Prefill 32 positions per sequence, then time decode steps.
-        let prompt: Vec<u32> = (0..32).map(|i| 100 + i).collect();
+        let prompt: Vec<u32> = (0..prompt_len as u32).map(|i| 100 + i % 1000).collect();
         let batch: Vec<SeqBatch> = tables
             .iter()
             .map(|t| SeqBatch {
@@ -58,10 +65,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             })
             .collect();
         model.forward(&batch, &mut kv, &mut s, threads)?;
-        let steps = std::env::var("STEPS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(16);
         let tok = [42u32];
         let t0 = Instant::now();
         for step in 0..steps {
@@ -69,7 +72,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .iter()
                 .map(|t| SeqBatch {
                     tokens: &tok,
-                    start_pos: 32 + step,
+                    start_pos: prompt_len + step,
                     block_table: t,
                     local_table: &[],
                     logits: 1,

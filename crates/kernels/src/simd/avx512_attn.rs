@@ -70,13 +70,14 @@ pub(crate) unsafe fn scores_q8(
     let hi_idx = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
     let mut acc = vec![0.0f32; rows * LANES];
     let mut max = vec![_mm512_set1_ps(f32::NEG_INFINITY); rows];
+    let mut ptr = [std::ptr::null(); LANES];
     let (q, qd, qoff) = (
         &qq.q[..rows * hd],
         &qq.d[..rows * nb],
         &qq.offset[..rows * nb],
     );
     for p0 in (start..n_last).step_by(LANES) {
-        let ptr = head.rows(k, p0, n_last, &zero, &mut wide);
+        head.rows(k, p0, n_last, &zero, &mut wide, &mut ptr);
         let store: __mmask16 = ((1u32 << (w - p0).min(LANES)) - 1) as u16;
         let real: __mmask16 = ((1u32 << (n_last - p0).min(LANES)) - 1) as u16;
         // One query row's dot product with the transposed block `kt`,
@@ -396,6 +397,7 @@ pub(crate) unsafe fn weighted_v_q8(
     // Transposed chunk: [group of 4 positions][64-value slice][register][64 bytes].
     let mut vt = [0u8; V_CHUNK / 4 * (256 / 64) * 4 * 64];
     let mut acc_f = vec![0.0f32; rows * sw];
+    let mut ptr = [std::ptr::null(); LANES];
     let tiny = _mm512_set1_ps(MIN_WEIGHT_MAX);
     for p0 in (start..n_last).step_by(V_CHUNK) {
         // Per sixteen-position half: the weights' lanes inside the
@@ -408,7 +410,7 @@ pub(crate) unsafe fn weighted_v_q8(
         for h in 0..SUB {
             let q0 = p0 + h * LANES;
             mask[h] = ((1u32 << w.saturating_sub(q0).min(LANES)) - 1) as u16;
-            let ptr = head.rows(v, q0, n_last, &zero, &mut wide);
+            head.rows(v, q0, n_last, &zero, &mut wide, &mut ptr);
             // SAFETY: every pointer in `ptr` starts a whole row of `nb`
             // blocks; `vt` holds `V_CHUNK / 4 * nz * 4` registers.
             unsafe {

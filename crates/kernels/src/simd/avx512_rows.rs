@@ -64,8 +64,9 @@ impl<'a> HeadRows<'a> {
         n_last: usize,
         zero: &[u8; MAX_ROW],
         wide: &mut Wide,
-    ) -> [*const u8; LANES] {
-        let mut ptr = rows_at(self, cache, p0, n_last, zero);
+        ptr: &mut [*const u8; LANES],
+    ) {
+        rows_at(self, cache, p0, n_last, zero, ptr);
         if self.q4 {
             let n = n_last.saturating_sub(p0).min(LANES);
             for (j, (p, w)) in ptr
@@ -82,7 +83,6 @@ impl<'a> HeadRows<'a> {
                 }
             }
         }
-        ptr
     }
 }
 
@@ -122,8 +122,14 @@ unsafe fn widen_q4(src: *const u8, nb: usize, dst: &mut [u8]) {
 }
 
 /// The rows (of `h`'s type) of the [`LANES`] positions from `p0` of the head `h` in
-/// `cache` (pointers into bounds-checked slices), `zero` past `n_last`;
-/// prefetches the rows [`PREFETCH_AHEAD`] positions on.
+/// `cache` (pointers into bounds-checked slices), `zero` past `n_last`,
+/// into `ptr`; prefetches the rows [`PREFETCH_AHEAD`] positions on.
+///
+/// `ptr` is the caller's (not a returned array): the pointers go out as
+/// scalar stores and are read back one at a time, where an array returned
+/// by value was copied in vector registers, a load that waited for the
+/// sixteen stores before it to complete (store forwarding fails on a wide
+/// load of narrow stores).
 #[inline(always)]
 pub(super) fn rows_at(
     h: &HeadRows<'_>,
@@ -131,7 +137,8 @@ pub(super) fn rows_at(
     p0: usize,
     n_last: usize,
     zero: &[u8; MAX_ROW],
-) -> [*const u8; LANES] {
+    ptr: &mut [*const u8; LANES],
+) {
     let (rb, bs) = (h.rb, h.bs);
     // Whether the `n` positions from `p` lie in one cache block: their rows
     // are then one contiguous run (head-major blocks).
@@ -159,21 +166,16 @@ pub(super) fn rows_at(
     if n > 0 && one_block(p0, n) {
         // One bounds check for the run, then pointers into it.
         let first = h.index(p0);
-        let run = cache[first * rb..(first + n) * rb].as_ptr();
-        return std::array::from_fn(|j| {
-            if j < n {
-                run.wrapping_add(j * rb)
-            } else {
-                zero.as_ptr()
-            }
-        });
-    }
-    std::array::from_fn(|j| {
-        if j < n {
-            let i = h.index(p0 + j);
-            cache[i * rb..(i + 1) * rb].as_ptr()
-        } else {
-            zero.as_ptr()
+        let mut at = cache[first * rb..(first + n) * rb].as_ptr();
+        for p in ptr[..n].iter_mut() {
+            *p = at;
+            at = at.wrapping_add(rb);
         }
-    })
+    } else {
+        for (j, p) in ptr[..n].iter_mut().enumerate() {
+            let i = h.index(p0 + j);
+            *p = cache[i * rb..(i + 1) * rb].as_ptr();
+        }
+    }
+    ptr[n..].fill(zero.as_ptr());
 }
