@@ -116,8 +116,8 @@ pub struct Args {
     kv_type: hasten_kernels::attention::KvType,
     /// Keep every position's K and V in sliding-window layers too
     /// (llama.cpp's --swa-full). By default they keep only their window, in
-    /// a pool sized by --max-running, and more context fits (a
-    /// --prefix-cache-dir keeps every position, as its files hold every layer).
+    /// a pool sized by --max-running, and more context fits (with
+    /// --prefix-cache-dir, that pool's blocks go to DIR/window).
     #[arg(long)]
     swa_full: bool,
     /// Sequences decoded together at most.

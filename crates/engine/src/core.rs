@@ -77,9 +77,9 @@ pub struct Seq {
     /// Leading positions whose draft-model KV rows are in the cache
     /// (`draft_pass.rs`).
     draft_computed: usize,
-    /// Its prompt's cached blocks are being read from disk: not admitted
-    /// until they are in the pool (`prefix_disk.rs`).
-    loading: bool,
+    /// Reads of its prompt's cached blocks from disk still out (one per
+    /// tier): not admitted until they are in the pools (`prefix_disk.rs`).
+    loading: u8,
 }
 
 impl Seq {
@@ -115,7 +115,7 @@ impl Seq {
             drafted: 0,
             accepted: 0,
             draft_computed: 0,
-            loading: false,
+            loading: 0,
         }
     }
 
@@ -208,6 +208,8 @@ pub struct Core {
     draft_time: Duration,
     /// The prefix cache's disk tier, if any.
     disk: Option<crate::disk::DiskTier>,
+    /// The windowed pool's disk tier (with a disk tier and a windowed pool).
+    local_disk: Option<crate::disk::DiskTier>,
     model_prior: speculate::ModelPrior,
 }
 
@@ -263,6 +265,7 @@ impl Core {
         let mut core = Core {
             draft,
             disk: None,
+            local_disk: None,
             draft_time: Duration::ZERO,
             model_prior: speculate::ModelPrior::default(),
             masks: cfg
@@ -317,7 +320,7 @@ impl Core {
     /// Whether a step has something to do: a running sequence, or a
     /// waiting one that is not waiting for its blocks from disk.
     pub fn has_work(&self) -> bool {
-        !self.running.is_empty() || self.waiting.iter().any(|s| !s.loading)
+        !self.running.is_empty() || self.waiting.iter().any(|s| s.loading == 0)
     }
 
     /// Block pool counts (tests check for leaks with it).
@@ -499,7 +502,7 @@ impl Core {
         while left > 0 && self.running.len() < self.cfg.max_running {
             // In order, passing over those whose blocks are still on their
             // way from disk.
-            let Some(at) = self.waiting.iter().position(|s| !s.loading) else {
+            let Some(at) = self.waiting.iter().position(|s| s.loading == 0) else {
                 break;
             };
             let mut seq = self.waiting.remove(at).expect("index in range");
@@ -863,7 +866,9 @@ impl Core {
             .map(|w| w.pool.stats())
             .unwrap_or_default();
         (m.kv_windowed_blocks_total, m.kv_windowed_blocks_used) = (w.total, w.used);
-        m.prefix_disk = self.disk.as_ref().map(|d| d.stats());
+        m.prefix_disk = self.disk.as_ref().map(|d| {
+            crate::disk::DiskStats::sum([Some(d), self.local_disk.as_ref()].into_iter().flatten())
+        });
     }
 }
 

@@ -78,6 +78,23 @@ pub struct DiskStats {
     pub rejected: u64,
 }
 
+impl DiskStats {
+    /// The counts of several tiers together (the main pool's and the
+    /// windowed pool's).
+    pub fn sum<'a>(tiers: impl IntoIterator<Item = &'a DiskTier>) -> DiskStats {
+        tiers
+            .into_iter()
+            .map(DiskTier::stats)
+            .fold(DiskStats::default(), |a, b| DiskStats {
+                files: a.files + b.files,
+                bytes: a.bytes + b.bytes,
+                written: a.written + b.written,
+                loaded: a.loaded + b.loaded,
+                rejected: a.rejected + b.rejected,
+            })
+    }
+}
+
 #[derive(Debug)]
 struct Entry {
     tokens: Vec<u32>,

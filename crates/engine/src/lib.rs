@@ -116,12 +116,12 @@ impl EngineConfig {
     /// window (and the partial blocks at both ends), one sequence's more
     /// for windows the prefix cache keeps, and a step's new tokens (a step
     /// computes `max_step_tokens` at most, however they are shared).
-    /// `None` (every layer in the main pool) with `swa_full`, with a disk
-    /// tier (its block files hold every layer), or when the windowed pool
-    /// would not be smaller than the main one.
+    /// `None` (every layer in the main pool) with `swa_full`, or when the
+    /// windowed pool would not be smaller than the main one. (A disk tier
+    /// keeps each pool's blocks in files of their own.)
     pub fn windowed_blocks(&self, model: &Model) -> Option<usize> {
         let window = model.config.swa.as_ref()?.window;
-        if self.swa_full || self.prefix_disk.is_some() {
+        if self.swa_full {
             return None;
         }
         let per_seq = (window + WINDOW_SLACK).div_ceil(self.block_size) + 2;
@@ -311,8 +311,9 @@ struct Pending {
 
 enum Msg {
     Submit(Box<Pending>),
-    /// Blocks the disk tier read for a waiting request.
-    Loaded(disk::Loaded),
+    /// Blocks a disk tier read for a waiting request (`true`: the
+    /// windowed pool's tier).
+    Loaded(disk::Loaded, bool),
     Shutdown,
 }
 
@@ -438,17 +439,19 @@ impl Engine {
         let model2 = model.clone();
         let seed = blocks::chain_hash(0, &[limits.vocab_size as u32]);
         let tier = match &cfg.prefix_disk {
-            Some(d) => Some(open_disk_tier(d, &model, &cfg, tx.clone())?),
+            Some(d) => Some(open_disk_tiers(d, &model, &cfg, &tx)?),
             None => None,
         };
-        let disk_at_start = tier.as_ref().map(disk::DiskTier::stats);
+        let disk_at_start = tier.as_ref().map(|(main, local)| {
+            disk::DiskStats::sum([Some(main), local.as_ref()].into_iter().flatten())
+        });
         let thread = std::thread::Builder::new()
             .name("hasten-engine".into())
             .spawn(move || {
                 // The block pool is single-threaded (`Rc`): build the core on its thread.
                 let mut core = core::Core::new(model2, tok2, c2, m2, s2, seed);
-                if let Some(t) = tier {
-                    core.attach_disk(t);
+                if let Some((main, local)) = tier {
+                    core.attach_disk(main, local);
                 }
                 run_loop(&mut core, &rx, &flight);
                 // Saves the prefix cache's blocks (if there is a disk tier).
@@ -668,26 +671,56 @@ impl Drop for Engine {
 }
 
 /// Opens the disk tier of `cfg` for `model`; its loads come back on `tx`.
-fn open_disk_tier(
+/// With a windowed pool, that pool's blocks get a tier of their own in the
+/// subdirectory `window` (their rows are other layers', under other block
+/// ids), and the byte cap is shared by bytes per token.
+fn open_disk_tiers(
     d: &disk::DiskCacheConfig,
     model: &Model,
     cfg: &EngineConfig,
-    tx: mpsc::Sender<Msg>,
-) -> Result<disk::DiskTier> {
+    tx: &mpsc::Sender<Msg>,
+) -> Result<(disk::DiskTier, Option<disk::DiskTier>)> {
     let c = &model.config;
-    let id = disk::Identity {
+    let bpt = |layers: usize| {
+        hasten_model::kv::kv_bytes_per_token(layers, c.n_kv_heads, c.head_dim, cfg.kv_type)
+    };
+    let windowed = match (cfg.windowed_blocks(model), &c.swa) {
+        (Some(_), Some(w)) => w.layers.iter().filter(|&&l| l).count(),
+        _ => 0,
+    };
+    let main_layers = c.n_layers - windowed;
+    let id = |layers: usize| disk::Identity {
         model: model.fingerprint(),
         kv_type: cfg.kv_type as u8,
         block_size: cfg.block_size as u32,
-        n_layers: c.n_layers as u32,
+        n_layers: layers as u32,
         n_kv_heads: c.n_kv_heads as u32,
         head_dim: c.head_dim as u32,
-        block_bytes: (cfg.block_size * c.kv_bytes_per_token_as(cfg.kv_type)) as u64,
+        block_bytes: (cfg.block_size * bpt(layers)) as u64,
     };
-    disk::DiskTier::open(d, id, move |l| {
-        let _ = tx.send(Msg::Loaded(l));
-    })
-    .map_err(|e| Error::Config(format!("prefix cache directory {}: {e}", d.dir.display())))
+    let open = |dir: disk::DiskCacheConfig, layers: usize, local: bool| {
+        let tx = tx.clone();
+        disk::DiskTier::open(&dir, id(layers), move |l| {
+            let _ = tx.send(Msg::Loaded(l, local));
+        })
+        .map_err(|e| Error::Config(format!("prefix cache directory {}: {e}", dir.dir.display())))
+    };
+    if windowed == 0 {
+        return Ok((open(d.clone(), main_layers, false)?, None));
+    }
+    let share = d.max_bytes as f64 * bpt(windowed) as f64 / bpt(c.n_layers) as f64;
+    let local = disk::DiskCacheConfig {
+        dir: d.dir.join("window"),
+        max_bytes: share as u64,
+    };
+    let main = disk::DiskCacheConfig {
+        dir: d.dir.clone(),
+        max_bytes: d.max_bytes - local.max_bytes,
+    };
+    Ok((
+        open(main, main_layers, false)?,
+        Some(open(local, windowed, true)?),
+    ))
 }
 
 fn run_loop(core: &mut core::Core, rx: &mpsc::Receiver<Msg>, in_flight: &AtomicUsize) {
@@ -715,7 +748,7 @@ fn run_loop(core: &mut core::Core, rx: &mpsc::Receiver<Msg>, in_flight: &AtomicU
                     core.add(core::Seq::new(p.id, p.req, p.tx, p.received));
                     in_flight.fetch_sub(1, Ordering::SeqCst);
                 }
-                Msg::Loaded(l) => core.install(l),
+                Msg::Loaded(l, local) => core.install(l, local),
                 Msg::Shutdown => draining = true,
             }
         }

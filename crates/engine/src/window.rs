@@ -52,16 +52,28 @@ impl Windowed {
     /// (chain `hashes`, tokens `toks`) form a usable hit: the longest
     /// prefix whose last window is cached here too.
     pub(crate) fn usable_hit(&self, hashes: &[ChainHash], toks: &[u32], bs: usize) -> usize {
-        // missing[b]: blocks among the first `b` that this pool lacks.
-        let mut missing = vec![0usize; hashes.len() + 1];
-        for (b, &h) in hashes.iter().enumerate() {
-            let here = self.pool.contains(h, &toks[b * bs..(b + 1) * bs]);
-            missing[b + 1] = missing[b] + usize::from(!here);
+        self.usable_len(hashes.len(), bs, |b| {
+            self.pool.contains(hashes[b], &toks[b * bs..(b + 1) * bs])
+        })
+    }
+
+    /// The longest prefix of at most `n` blocks whose last window has
+    /// every block for which `here(b)` holds.
+    pub(crate) fn usable_len(&self, n: usize, bs: usize, here: impl Fn(usize) -> bool) -> usize {
+        // missing[b]: blocks among the first `b` that are not here.
+        let mut missing = vec![0usize; n + 1];
+        for b in 0..n {
+            missing[b + 1] = missing[b] + usize::from(!here(b));
         }
-        (0..=hashes.len())
+        (0..=n)
             .rev()
-            .find(|&n| missing[n] == missing[self.first_live(n * bs, bs).min(n)])
+            .find(|&k| missing[k] == missing[self.first_live(k * bs, bs).min(k)])
             .unwrap_or(0)
+    }
+
+    /// The first block of a hit of `n` blocks this pool must hold.
+    pub(crate) fn window_start(&self, n: usize, bs: usize) -> usize {
+        self.first_live(n * bs, bs).min(n)
     }
 
     /// This pool's block of chain `hash` for prefix block `b` of a hit of

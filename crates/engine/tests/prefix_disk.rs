@@ -63,3 +63,72 @@ fn evicted_blocks_come_back_from_disk_and_survive_a_restart() {
     let (_, cached) = run(&e, &b);
     assert_eq!(cached, 64);
 }
+
+/// The tiny Gemma 3 (five layers with a window of 8 positions, one
+/// global) in 4-token blocks: `swa_full` keeps every layer's rows in the
+/// main pool; otherwise the windowed layers keep their window in a pool
+/// of their own and a second tier (`DIR/window`) holds that pool's blocks.
+fn gemma_engine(dir: Option<&std::path::Path>, swa_full: bool) -> Engine {
+    let lm = hasten_model::testing::load_fixture(&Fixture::tiny_gemma3(GgmlType::Q8_0)).unwrap();
+    let cfg = EngineConfig {
+        block_size: 4,
+        max_step_tokens: 16,
+        max_running: 1,
+        swa_full,
+        prefix_cache: dir.is_some(),
+        prefix_disk: dir.map(|d| DiskCacheConfig {
+            dir: d.to_owned(),
+            max_bytes: 1 << 30,
+        }),
+        ..EngineConfig::new(1024, Threads::ONE)
+    };
+    Engine::start(Arc::new(lm.model), Arc::new(lm.tokenizer), cfg).unwrap()
+}
+
+#[test]
+fn a_windowed_cache_keeps_its_window_and_its_disk_tier_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared: Vec<u32> = (0..150).map(|i| 100 + i * 7).collect();
+    let ask = |tail: u32| {
+        let mut p = shared.clone();
+        p.extend((0..21).map(|i| tail + i * 3));
+        p
+    };
+    let (a, b) = (ask(9000), ask(12000));
+    // The tokens of b computed with every position in every layer, no cache.
+    let alone = gemma_engine(None, true);
+    let (want, _) = run(&alone, &b);
+    alone.shutdown();
+
+    let e = gemma_engine(Some(dir.path()), false);
+    let (_, cached) = run(&e, &a);
+    assert_eq!(cached, 0);
+    assert!(
+        e.metrics().kv_windowed_blocks_total > 0,
+        "the disk tier no longer makes every layer keep every position"
+    );
+    e.shutdown();
+    let files = |d: &std::path::Path| std::fs::read_dir(d).map_or(0, |r| r.count());
+    assert!(
+        files(&dir.path().join("window")) > 0,
+        "the windowed pool's blocks were saved"
+    );
+
+    // A new engine: b shares a's 150 tokens, 37 full blocks of 4 (148).
+    let e = gemma_engine(Some(dir.path()), false);
+    let (got, cached) = run(&e, &b);
+    assert_eq!(cached, 148, "the whole shared prefix, from both tiers");
+    assert_eq!(got, want);
+    e.shutdown();
+
+    // Without the windowed pool's files the main pool's blocks are no use:
+    // no hit, the same tokens (and the request is not left waiting).
+    std::fs::remove_dir_all(dir.path().join("window")).unwrap();
+    let e = gemma_engine(Some(dir.path()), false);
+    let (got, cached) = run(&e, &a);
+    assert_eq!(cached, 0);
+    let (again, cached) = run(&e, &b);
+    assert_eq!(again, want);
+    assert_eq!(cached, 148, "a's blocks, computed again, serve b");
+    drop(got);
+}

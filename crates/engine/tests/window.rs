@@ -270,7 +270,8 @@ fn the_memory_a_window_saves_becomes_context() {
         win.kv_tokens,
         full.kv_tokens
     );
-    // A disk tier keeps every layer (its files hold whole blocks).
+    // A disk tier keeps the window too (each pool's blocks have files of
+    // their own, `tests/prefix_disk.rs`).
     let disk = EngineConfig {
         prefix_disk: Some(hasten_engine::disk::DiskCacheConfig {
             dir: std::env::temp_dir(),
@@ -278,7 +279,7 @@ fn the_memory_a_window_saves_becomes_context() {
         }),
         ..win.clone()
     };
-    assert!(disk.windowed_blocks(&m).is_none());
+    assert_eq!(disk.windowed_blocks(&m), win.windowed_blocks(&m));
 }
 
 /// Random submissions, cancellations and steps (with prompt-lookup drafts

@@ -236,17 +236,31 @@ impl KvCache {
         self.block_size * self.bytes_per_token()
     }
 
+    /// Bytes of one block of the windowed layers' pool (0 without one):
+    /// what [`Self::read_local_block`] gives and [`Self::write_local_block`]
+    /// takes.
+    pub fn local_block_bytes(&self) -> usize {
+        match self.local_blocks {
+            Some(_) => {
+                let layers = self.n_layers - self.main_layers();
+                self.block_size
+                    * kv_bytes_per_token(layers, self.n_kv_heads, self.head_dim, self.ty)
+            }
+            None => 0,
+        }
+    }
+
     /// The byte ranges of `block`'s rows in one store, per layer one per
     /// KV head: the order of [`Self::read_block`]'s bytes is layer, then
-    /// K before V, then head. Layers of a windowed pool have other block
-    /// ids and are not part of a block (the disk tier runs without one).
-    fn block_ranges(&self, block: usize) -> Vec<Vec<std::ops::Range<usize>>> {
+    /// K before V, then head. `local` picks the layers of the windowed
+    /// pool (its own block ids) instead of the others.
+    fn block_ranges(&self, block: usize, local: bool) -> Vec<Vec<std::ops::Range<usize>>> {
         let bs = self.block_size;
         let row_bytes = self.ty.row_bytes(self.head_dim);
-        let head_rows = self.n_blocks * bs;
         (0..self.n_layers)
-            .filter(|&l| !self.windowed[l])
+            .filter(|&l| self.windowed[l] == local)
             .map(|l| {
+                let head_rows = self.layer_blocks(l) * bs;
                 (0..self.n_kv_heads)
                     .map(|h| {
                         let first = (self.base[l] + h * head_rows + block * bs) * row_bytes;
@@ -258,9 +272,19 @@ impl KvCache {
     }
 
     /// Appends `block`'s K and V rows of every layer to `out`, as bytes
-    /// (layer by layer, K then V, head by head; f16 little-endian).
+    /// (layer by layer, K then V, head by head; f16 little-endian). With a
+    /// windowed pool, the layers outside it.
     pub fn read_block(&self, block: usize, out: &mut Vec<u8>) {
-        for layer in self.block_ranges(block) {
+        self.read_ranges(self.block_ranges(block, false), out)
+    }
+
+    /// [`Self::read_block`] of block `block` of the windowed layers' pool.
+    pub fn read_local_block(&self, block: usize, out: &mut Vec<u8>) {
+        self.read_ranges(self.block_ranges(block, true), out)
+    }
+
+    fn read_ranges(&self, ranges: Vec<Vec<std::ops::Range<usize>>>, out: &mut Vec<u8>) {
+        for layer in ranges {
             for s in [&self.k, &self.v] {
                 for r in &layer {
                     match s {
@@ -279,19 +303,31 @@ impl KvCache {
     /// Overwrites `block`'s rows with `data` from [`Self::read_block`] of a
     /// cache of the same shape and type; an error if the length differs.
     pub fn write_block(&mut self, block: usize, data: &[u8]) -> Result<()> {
-        if data.len() != self.block_bytes() || block >= self.n_blocks {
+        self.write_part(block, false, data)
+    }
+
+    /// [`Self::write_block`] of block `block` of the windowed layers' pool,
+    /// `data` from [`Self::read_local_block`].
+    pub fn write_local_block(&mut self, block: usize, data: &[u8]) -> Result<()> {
+        self.write_part(block, true, data)
+    }
+
+    fn write_part(&mut self, block: usize, local: bool, data: &[u8]) -> Result<()> {
+        let (bytes, blocks) = match local {
+            false => (self.block_bytes(), self.n_blocks),
+            true => (self.local_block_bytes(), self.local_blocks.unwrap_or(0)),
+        };
+        if data.len() != bytes || block >= blocks {
             return Err(Error::Config {
                 file: "KV block".into(),
                 what: format!(
-                    "{} bytes for block {block} of {}; a block holds {}",
+                    "{} bytes for block {block} of {blocks}; a block holds {bytes}",
                     data.len(),
-                    self.n_blocks,
-                    self.block_bytes()
                 ),
             });
         }
         let mut src = data;
-        for layer in self.block_ranges(block) {
+        for layer in self.block_ranges(block, local) {
             for s in [&mut self.k, &mut self.v] {
                 for r in &layer {
                     let (now, rest) = src.split_at(r.len());
