@@ -684,8 +684,11 @@ fn open_disk_tiers(
     let bpt = |layers: usize| {
         hasten_model::kv::kv_bytes_per_token(layers, c.n_kv_heads, c.head_dim, cfg.kv_type)
     };
+    // The windowed layers as `KvCache::windowed` places them.
     let windowed = match (cfg.windowed_blocks(model), &c.swa) {
-        (Some(_), Some(w)) => w.layers.iter().filter(|&&l| l).count(),
+        (Some(_), Some(w)) if w.layers.len() == c.n_layers => {
+            w.layers.iter().filter(|&&l| l).count()
+        }
         _ => 0,
     };
     let main_layers = c.n_layers - windowed;
