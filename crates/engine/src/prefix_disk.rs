@@ -79,12 +79,12 @@ impl Core {
     /// them), and lets their request in once all its loads are back.
     pub(crate) fn install(&mut self, loaded: Loaded, local: bool) {
         let pool = match (local, &self.windowed) {
-            (false, _) => Some(&self.pool),
-            (true, Some(w)) => Some(&w.pool),
-            (true, None) => None,
+            (false, _) => &self.pool,
+            (true, Some(w)) => &w.pool,
+            // A windowed tier's answer without a windowed pool (never expected).
+            (true, None) => return self.load_done(loaded.seq),
         };
-        for b in loaded.blocks.iter().take_while(|_| pool.is_some()) {
-            let pool = pool.expect("checked by take_while");
+        for b in &loaded.blocks {
             if pool.contains(b.hash, &b.tokens) {
                 continue;
             }
@@ -103,7 +103,12 @@ impl Core {
             }
             pool.publish(&block, b.hash, &b.tokens);
         }
-        if let Some(s) = self.waiting.iter_mut().find(|s| s.id == loaded.seq) {
+        self.load_done(loaded.seq);
+    }
+
+    /// One of request `seq`'s disk reads is back.
+    fn load_done(&mut self, seq: u64) {
+        if let Some(s) = self.waiting.iter_mut().find(|s| s.id == seq) {
             s.loading = s.loading.saturating_sub(1);
         }
     }
