@@ -22,9 +22,9 @@ use std::arch::x86_64::*;
 /// Widest head handled here (others take the reference).
 const MAX_HEAD_DIM: usize = 256;
 /// Cache rows widened per block.
-const ROWS: usize = 8;
+pub(super) const ROWS: usize = 8;
 /// Positions ahead of the block being computed whose rows are prefetched.
-const PREFETCH_AHEAD: usize = 2 * ROWS;
+pub(super) const PREFETCH_AHEAD: usize = 2 * ROWS;
 
 /// See [`crate::attention::attend_tile`].
 pub fn attend_tile(
@@ -78,6 +78,11 @@ pub fn attend_tile_avx512(
             KvRows::Quant(KvType::Q8_0 | KvType::Q4_0, k) if v.kv.head_dim.is_multiple_of(32) => unsafe {
                 super::avx512_attn::tile_q8k(v, k, q, t, g, n, s, o, l)
             },
+            // SAFETY: as for the arm above.
+            KvRows::F16(k)
+                if v.kv.head_dim.is_multiple_of(16)
+                    && t * g >= super::avx512_scores_f16::MIN_ROWS =>
+            unsafe { super::avx512_scores_f16::tile_f16k(v, k, q, t, g, n, s, o, l) },
             // SAFETY: as for the arm above.
             _ => unsafe { tile_impl_avx512(v, q, t, g, n, s, o, l) },
         },
@@ -148,7 +153,7 @@ fn row_indices(view: &HeadView<'_>, p0: usize, n: usize) -> [usize; ROWS] {
 /// prefetcher loses at every page.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn prefetch_rows(view: &HeadView<'_>, cache: KvRows<'_>, p0: usize, n: usize) {
+pub(super) fn prefetch_rows(view: &HeadView<'_>, cache: KvRows<'_>, p0: usize, n: usize) {
     let hd = view.kv.head_dim;
     let (base, row_bytes) = match cache {
         KvRows::F16(c) => (c.as_ptr() as *const u8, 2 * hd),
