@@ -21,6 +21,7 @@ mod avx512_attn_f16;
 pub mod avx512_k16;
 #[cfg(target_arch = "x86_64")]
 mod avx512_rows;
+#[cfg(target_arch = "x86_64")]
 mod avx512_scores_f16;
 #[cfg(target_arch = "x86_64")]
 pub mod avx512_x16;
