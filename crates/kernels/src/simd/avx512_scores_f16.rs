@@ -73,21 +73,24 @@ pub(super) unsafe fn tile_f16k(
         // what a row sees of it is the softmax's business.
         let mut r = (0..rows).find(|&r| len(r) > p0).unwrap_or(rows);
         let s = (view.scale, store, w, p0);
-        // SAFETY (each call): rows `r..r + R` of `q` and `scores` exist (the
-        // caller's contract), `store` keeps the stores inside the rows.
         while r + 8 <= rows {
+            // SAFETY: rows `r..r + 8` of `q` and `scores` exist (the
+            // caller's contract), `store` keeps the stores inside the rows.
             unsafe { score_rows::<8>(q, hd, &kt, r, s, scores) };
             r += 8;
         }
         if r + 4 <= rows {
+            // SAFETY: as for the eight rows above, fewer rows.
             unsafe { score_rows::<4>(q, hd, &kt, r, s, scores) };
             r += 4;
         }
         if r + 2 <= rows {
+            // SAFETY: as for the eight rows above, fewer rows.
             unsafe { score_rows::<2>(q, hd, &kt, r, s, scores) };
             r += 2;
         }
         if r < rows {
+            // SAFETY: as for the eight rows above, fewer rows.
             unsafe { score_rows::<1>(q, hd, &kt, r, s, scores) };
         }
     }
