@@ -141,6 +141,16 @@ fn checked(
     )
 }
 
+/// A tile's span of the cache: one past the last position any of its
+/// `t` tokens sees (`n_last`), the stride of its scores rows (`w`:
+/// `n_last` rounded up to 8) and the first position read (`start`: the
+/// first token's window start rounded down to [`ROWS`]).
+pub(super) fn tile_span(view: &HeadView<'_>, t: usize, n_ctx: usize) -> (usize, usize, usize) {
+    let n_last = view.visible_end(n_ctx + t - 1);
+    let start = view.first_visible(n_ctx) / ROWS * ROWS;
+    (n_last, n_last.next_multiple_of(8), start)
+}
+
 /// Index of the cache row at each of the `n` positions from `p0`.
 #[inline]
 fn row_indices(view: &HeadView<'_>, p0: usize, n: usize) -> [usize; ROWS] {
@@ -298,15 +308,10 @@ macro_rules! tile_fn {
         ) {
             super::align_frame!();
             let hd = view.kv.head_dim;
-            let n_last = view.visible_end(n_ctx + t - 1);
-            let w = n_last.next_multiple_of(8);
+            let (n_last, w, start) = tile_span(view, t, n_ctx);
             let rows = t * g;
-            // One past the last position query row `r` (token `r / g`)
-            // sees, and its first (0 without a window or a range).
+            // One past the last position query row `r` (token `r / g`) sees.
             let len = |r: usize| view.visible_end(n_ctx + r / g);
-            let lo = |r: usize| view.first_visible(n_ctx + r / g);
-            // Blocks before the first row's window are never read.
-            let start = lo(0) / ROWS * ROWS;
             let mut block = [0.0f32; ROWS * MAX_HEAD_DIM];
 
             // Scores: eight positions at a time for every query row that

@@ -205,9 +205,7 @@ pub(super) unsafe fn tile_q8k(
     out: &mut [f32],
     lse: Option<&mut [f32]>,
 ) {
-    let n_last = view.visible_end(n_ctx + t - 1);
-    let w = n_last.next_multiple_of(8);
-    let start = view.first_visible(n_ctx) / 8 * 8;
+    let (n_last, w, start) = super::avx2_attn::tile_span(view, t, n_ctx);
     let (hd, rows) = (view.kv.head_dim, t * g);
     let qq = quantize_query(q, rows, hd, view.scale);
     // SAFETY: the caller's contract.

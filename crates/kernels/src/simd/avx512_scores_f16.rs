@@ -13,7 +13,7 @@
 
 #![allow(unsafe_code)]
 
-use super::avx2_attn::{prefetch_rows, PREFETCH_AHEAD, ROWS};
+use super::avx2_attn::{prefetch_rows, tile_span, PREFETCH_AHEAD, ROWS};
 use crate::rows::HeadView;
 use half::f16;
 use std::arch::x86_64::*;
@@ -50,13 +50,10 @@ pub(super) unsafe fn tile_f16k(
     lse: Option<&mut [f32]>,
 ) {
     let hd = view.kv.head_dim;
-    let n_last = view.visible_end(n_ctx + t - 1);
-    let w = n_last.next_multiple_of(8);
+    let (n_last, w, start) = tile_span(view, t, n_ctx);
     let rows = t * g;
     // One past the last position query row `r` (token `r / g`) sees.
     let len = |r: usize| view.visible_end(n_ctx + r / g);
-    // Blocks before the first row's window are never read.
-    let start = view.first_visible(n_ctx) / ROWS * ROWS;
     let mut kt = [0.0f32; LANES * MAX_HEAD_DIM];
     for p0 in (start..n_last).step_by(LANES) {
         for half in 0..2 {
