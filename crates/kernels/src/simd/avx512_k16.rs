@@ -139,6 +139,8 @@ unsafe fn gemm_q4_kx16_impl(
             // Batched decode reads each unit once: fetch ahead of both groups.
             super::prefetch_ahead(ua, Q4K_UNIT);
             super::prefetch_ahead(ub, Q4K_UNIT);
+            super::prefetch_far(ua, Q4K_UNIT);
+            super::prefetch_far(ub, Q4K_UNIT);
             let mut fsum = [_mm512_setzero_ps(); X8_N];
             for c in 0..4 {
                 let sc0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(join8(ua, ub, 32 + 16 * c)));
@@ -223,6 +225,8 @@ unsafe fn gemm_q6_kx16_impl(
             // Batched decode reads each unit once: fetch ahead of both groups.
             super::prefetch_ahead(ua, Q6K_UNIT);
             super::prefetch_ahead(ub, Q6K_UNIT);
+            super::prefetch_far(ua, Q6K_UNIT);
+            super::prefetch_far(ub, Q6K_UNIT);
             let mut fsum = [_mm512_setzero_ps(); X8_N];
             for c in 0..4 {
                 // Groups 4c..4c + 4: sixteen columns of four elements.

@@ -399,6 +399,8 @@ unsafe fn gemm_iq4_xsx16_impl(
             // The weights are read once per step: fetch ahead of them.
             super::prefetch_ahead(ua, IQ4XS_UNIT);
             super::prefetch_ahead(ub, IQ4XS_UNIT);
+            super::prefetch_far(ua, IQ4XS_UNIT);
+            super::prefetch_far(ub, IQ4XS_UNIT);
             // Sub-block sums times their scales, in f32: exact products
             // of integers below 2^24 and 6-bit scales, rounded only where
             // they add up (vpmulld costs two port-0 uops per use).
