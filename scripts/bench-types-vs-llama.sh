@@ -7,7 +7,7 @@
 # LD_LIBRARY_PATH as scripts/lib/llama-cpp-env.sh sets them; BENCHMARKS.md).
 set -euo pipefail
 H=${HASTEN:?set HASTEN to the hasten binary}
-: "${LLAMA_BIN:?set LLAMA_BIN to llama.cpp's bin folder}"
+: "${LLAMA_BIN:?set LLAMA_BIN to the bin folder of llama.cpp}"
 BENCH=${BENCH:?set BENCH to the folder of the .gguf files}
 for round in 1 2; do
 for f in $1; do

@@ -281,6 +281,7 @@ pub struct X16Table {
     pub iq4_nl: X16Gemm,
     pub iq4_nl_4: X16Gemm4,
     pub q4_k: K16Gemm,
+    pub q5_k: K16Gemm,
     pub q6_k: K16Gemm,
     pub iq4_xs: K16Gemm,
 }
@@ -348,6 +349,7 @@ impl Kernels {
         let t = self.x16?;
         match ty {
             GgmlType::Q4K => Some(t.q4_k),
+            GgmlType::Q5K => Some(t.q5_k),
             GgmlType::Q6K => Some(t.q6_k),
             GgmlType::IQ4XS => Some(t.iq4_xs),
             _ => None,
@@ -563,6 +565,7 @@ fn avx512_table(avx2: Kernels) -> Kernels {
             iq4_nl: iq::gemm_iq4_nlx16,
             iq4_nl_4: iq::gemm_iq4_nlx16_4,
             q4_k: crate::simd::avx512_k16::gemm_q4_kx16,
+            q5_k: crate::simd::avx512_k16::gemm_q5_kx16,
             q6_k: crate::simd::avx512_k16::gemm_q6_kx16,
             iq4_xs: iq::gemm_iq4_xsx16,
         }),

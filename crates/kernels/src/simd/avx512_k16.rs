@@ -1,4 +1,4 @@
-//! AVX-512 VNNI products of two adjacent eight-row Q4_K or Q6_K groups
+//! AVX-512 VNNI products of two adjacent eight-row Q4_K, Q5_K or Q6_K groups
 //! at once (lanes 0..8 the first group's rows, 8..16 the second's), for
 //! prefill and batched decode. A 256-element block is too big to keep
 //! decoded in registers for all activation rows, so the loop runs over
@@ -15,7 +15,7 @@
 
 #![allow(unsafe_code)]
 
-use super::avx2_x8::{Q4K_UNIT, Q6K_UNIT, Q8K};
+use super::avx2_x8::{Q4K_UNIT, Q5K_UNIT, Q6K_UNIT, Q8K};
 use super::avx512_x16::{bcast4, join, join_f16, rows16};
 use crate::rows::X8_N;
 use std::arch::x86_64::*;
@@ -58,6 +58,22 @@ pub(super) unsafe fn pairs(
         ))
     };
     _mm512_inserti64x4::<1>(_mm512_castsi256_si512(half(a)), half(b))
+}
+
+/// `w` with bit `pos` of each byte of `bits` set at its bit 4 (`m16` =
+/// 0x10 bytes; `w`'s bit 4 is clear): a 16-bit shift by at most 4 never
+/// carries a bit across the byte boundary into bit 4, and one
+/// `vpternlogd` takes `w | (shifted & m16)`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn with_fifth_bit(w: __m512i, bits: __m512i, pos: usize, m16: __m512i) -> __m512i {
+    let b = if pos <= 4 {
+        _mm512_sll_epi16(bits, _mm_cvtsi32_si128(4 - pos as i32))
+    } else {
+        _mm512_srl_epi16(bits, _mm_cvtsi32_si128(pos as i32 - 4))
+    };
+    // Truth table of A | (B & C) over A = 0xf0, B = 0xcc, C = 0xaa.
+    _mm512_ternarylogic_epi32::<0xf8>(w, b, m16)
 }
 
 /// The blocks every group and activation row holds in full.
@@ -105,7 +121,7 @@ pub fn gemm_q4_kx16(groups: [&[u8]; 2], x: &[&[u8]; X8_N]) -> [[f32; 16]; X8_N] 
     let nb = whole_blocks(groups, x, Q4K_UNIT);
     // SAFETY: features detected by the kernel table; `nb` whole blocks everywhere.
     unsafe {
-        gemm_q4_kx16_impl(
+        gemm_q45_kx16_impl::<false, Q4K_UNIT>(
             groups[0].as_ptr(),
             groups[1].as_ptr(),
             std::array::from_fn(|j| x[j].as_ptr()),
@@ -114,33 +130,51 @@ pub fn gemm_q4_kx16(groups: [&[u8]; 2], x: &[&[u8]; X8_N]) -> [[f32; 16]; X8_N] 
     }
 }
 
+/// Two adjacent eight-row Q5_K groups times [`X8_N`] Q8_K activation rows.
+pub fn gemm_q5_kx16(groups: [&[u8]; 2], x: &[&[u8]; X8_N]) -> [[f32; 16]; X8_N] {
+    let nb = whole_blocks(groups, x, Q5K_UNIT);
+    // SAFETY: features detected by the kernel table; `nb` whole blocks everywhere.
+    unsafe {
+        gemm_q45_kx16_impl::<true, Q5K_UNIT>(
+            groups[0].as_ptr(),
+            groups[1].as_ptr(),
+            std::array::from_fn(|j| x[j].as_ptr()),
+            nb,
+        )
+    }
+}
+
+/// Q4_K (`FIVE` false) or Q5_K units of `UNIT` bytes: the Q5_K unit is the
+/// Q4_K one followed by the fifth bits (`crate::quant::repack_q5k`), which
+/// are ORed in at bit 4 of each value before the products.
+///
 /// # Safety
 /// Call only once the CPU's support for the features named in
 /// `target_feature` is known, with `a`, `b` and every row of `x` covering
 /// `nb` whole blocks.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn gemm_q4_kx16_impl(
+unsafe fn gemm_q45_kx16_impl<const FIVE: bool, const UNIT: usize>(
     a: *const u8,
     b: *const u8,
     x: [*const u8; X8_N],
     nb: usize,
 ) -> [[f32; 16]; X8_N] {
     super::align_frame!();
-    let m4 = _mm512_set1_epi8(0x0f);
+    let (m4, m16) = (_mm512_set1_epi8(0x0f), _mm512_set1_epi8(0x10));
     let mut acc = [_mm512_setzero_ps(); X8_N];
-    super::prefetch_start(b, nb * Q4K_UNIT);
+    super::prefetch_start(b, nb * UNIT);
     for blk in 0..nb {
         // SAFETY: (the whole loop body) unit `blk < nb` of both groups and
         // block `blk` of every activation row exist; offsets are the unit
         // layout's (see `crate::quant::repack`): d, dmin, scales at 32,
-        // minimums at 96, nibbles at 160.
+        // minimums at 96, nibbles at 160 (and Q5_K's fifth bits after them).
         unsafe {
-            let (ua, ub) = (a.add(blk * Q4K_UNIT), b.add(blk * Q4K_UNIT));
+            let (ua, ub) = (a.add(blk * UNIT), b.add(blk * UNIT));
             // Batched decode reads each unit once: fetch ahead of both groups.
-            super::prefetch_ahead(ua, Q4K_UNIT);
-            super::prefetch_ahead(ub, Q4K_UNIT);
-            super::prefetch_far(ua, Q4K_UNIT);
-            super::prefetch_far(ub, Q4K_UNIT);
+            super::prefetch_ahead(ua, UNIT);
+            super::prefetch_ahead(ub, UNIT);
+            super::prefetch_far(ua, UNIT);
+            super::prefetch_far(ub, UNIT);
             let mut fsum = [_mm512_setzero_ps(); X8_N];
             for c in 0..4 {
                 let sc0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(join8(ua, ub, 32 + 16 * c)));
@@ -151,6 +185,16 @@ unsafe fn gemm_q4_kx16_impl(
                     let v = join(ua, ub, 160 + 256 * c + 32 * k);
                     wl[k] = _mm512_and_si512(v, m4);
                     wh[k] = _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4);
+                }
+                if FIVE {
+                    for h in 0..2 {
+                        let bits = join(ua, ub, Q4K_UNIT + 64 * c + 32 * h);
+                        for kk in 0..4 {
+                            let k = 4 * h + kk;
+                            wl[k] = with_fifth_bit(wl[k], bits, 2 * kk, m16);
+                            wh[k] = with_fifth_bit(wh[k], bits, 2 * kk + 1, m16);
+                        }
+                    }
                 }
                 // Four activation rows at a time: eight independent
                 // `vpdpbusd` chains, enough to hide its latency.
