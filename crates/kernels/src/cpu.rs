@@ -531,8 +531,8 @@ impl Kernels {
 /// The AVX-512 tier's table: `vpdpbusd` products for every interleaved
 /// type (x8, and x16 pairs of groups for batched rows), 512-bit element
 /// kernels, the attention tile built with 32 registers; the rest (the
-/// 4-row tiles and one-row dots of unrepacked weights, the Q8_K quantizer,
-/// the KV dots) is the AVX2 table's.
+/// 4-row tiles and one-row dots of unrepacked weights, the KV dots) is
+/// the AVX2 table's.
 #[cfg(target_arch = "x86_64")]
 fn avx512_table(avx2: Kernels) -> Kernels {
     use crate::simd::avx512 as e;
@@ -598,12 +598,30 @@ fn avx512_table(avx2: Kernels) -> Kernels {
         q2_k: QuantPath {
             dot4: Some(crate::simd::avx2_lowk::dot4_q2_k_q8_k_vnni),
             dot: crate::simd::avx2_lowk::dot_q2_k_q8_k_avx512,
+            quantize: e::quantize_q8_k,
             ..avx2.q2_k
         },
         q3_k: QuantPath {
             dot4: Some(crate::simd::avx2_lowk::dot4_q3_k_q8_k_vnni),
             dot: crate::simd::avx2_lowk::dot_q3_k_q8_k_avx512,
+            quantize: e::quantize_q8_k,
             ..avx2.q3_k
+        },
+        q4_k: QuantPath {
+            quantize: e::quantize_q8_k,
+            ..avx2.q4_k
+        },
+        q5_k: QuantPath {
+            quantize: e::quantize_q8_k,
+            ..avx2.q5_k
+        },
+        q6_k: QuantPath {
+            quantize: e::quantize_q8_k,
+            ..avx2.q6_k
+        },
+        iq4_xs: QuantPath {
+            quantize: e::quantize_q8_k,
+            ..avx2.iq4_xs
         },
         ..avx2
     }

@@ -210,6 +210,63 @@ unsafe fn quantize_q8_0_impl(x: &[f32], out: &mut [u8]) {
     }
 }
 
+/// Quantizes activations to Q8_K blocks (`x.len()` a multiple of 256), bit
+/// for bit as the scalar reference (`crate::quant::dot::quantize_q8_k_act`):
+/// one 512-bit register per sixteen values, so each of a block's sixteen
+/// sums is one register's reduction.
+pub fn quantize_q8_k(x: &[f32], out: &mut [u8]) {
+    use crate::quant::dot::Q8_K_BYTES;
+    for (xb, ob) in x.chunks_exact(256).zip(out.chunks_exact_mut(Q8_K_BYTES)) {
+        let xb: &[f32; 256] = xb.try_into().expect("exact chunk");
+        // SAFETY: features detected by the kernel table; whole blocks.
+        unsafe { quantize_q8_k_block(xb, ob) }
+    }
+}
+
+/// # Safety
+/// Call only once the CPU's support for the features named in
+/// `target_feature` is known; `ob` holds one Q8_K block.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn quantize_q8_k_block(xb: &[f32; 256], ob: &mut [u8]) {
+    let p = xb.as_ptr();
+    let mut amax = _mm512_setzero_ps();
+    for g in 0..16 {
+        // SAFETY: `xb` holds 256 floats.
+        amax = _mm512_max_ps(
+            amax,
+            _mm512_abs_ps(unsafe { _mm512_loadu_ps(p.add(16 * g)) }),
+        );
+    }
+    let amax = _mm512_reduce_max_ps(amax);
+    if amax == 0.0 {
+        ob.fill(0);
+        return;
+    }
+    // The reference keeps the sign of the first value of largest magnitude.
+    let max = xb.iter().copied().find(|v| v.abs() == amax).unwrap_or(amax);
+    let iscale = -127.0f32 / max;
+    let (mul, top) = (_mm512_set1_ps(iscale), _mm512_set1_epi32(127));
+    let (head, rest) = ob.split_at_mut(4);
+    let (qs, bsums) = rest.split_at_mut(256);
+    for g in 0..16 {
+        // Round half to even (the reference's `nearest_int` under the
+        // default rounding mode), capped at 127.
+        // SAFETY: `xb` holds 256 floats.
+        let v = unsafe { _mm512_loadu_ps(p.add(16 * g)) };
+        let q = _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v, mul)), top);
+        // SAFETY: `qs` holds 256 bytes.
+        unsafe {
+            _mm_storeu_si128(
+                qs.as_mut_ptr().add(16 * g) as *mut __m128i,
+                _mm512_cvtsepi32_epi8(q),
+            )
+        };
+        let sum = _mm512_reduce_add_epi32(q) as i16;
+        bsums[2 * g..2 * g + 2].copy_from_slice(&sum.to_le_bytes());
+    }
+    head.copy_from_slice(&(1.0 / iscale).to_le_bytes());
+}
+
 /// The int8 multiply-accumulate peak of one core: `iters` rounds of twelve
 /// independent 512-bit `vpdpbusd` (64 products each), `None` without
 /// AVX-512 VNNI. Returns a value derived from every accumulator so the
