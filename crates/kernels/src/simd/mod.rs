@@ -89,7 +89,8 @@ pub(crate) const PREFETCH_FAR: usize = 12 * 1024;
 /// decode, prefill) consumes weights slowly enough for 2 KiB ahead to be
 /// too few requests in flight to keep memory busy, and further ahead into
 /// L1 evicts the activation rows: the two distances together cut the
-/// 8-sequence step of a 1b Q4_0 model by about a fifth (BENCHMARKS).
+/// 8-sequence step of a 1b Q4_0 model by a tenth to a fifth (BENCHMARKS); in the one-row
+/// decode kernels it made the step slower and is not used there.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(crate) fn prefetch_far(p: *const u8, len: usize) {
