@@ -170,13 +170,13 @@ unsafe fn gemm_q45_kx16_impl<const FIVE: bool, const UNIT: usize>(
         // minimums at 96, nibbles at 160 (and Q5_K's fifth bits after them).
         unsafe {
             let (ua, ub) = (a.add(blk * UNIT), b.add(blk * UNIT));
-            // Batched decode reads each unit once: fetch ahead of both groups.
-            super::prefetch_ahead(ua, UNIT);
-            super::prefetch_ahead(ub, UNIT);
-            super::prefetch_far(ua, UNIT);
-            super::prefetch_far(ub, UNIT);
             let mut fsum = [_mm512_setzero_ps(); X8_N];
             for c in 0..4 {
+                // Batched decode reads each unit once: fetch ahead of both
+                // groups, a quarter unit per chunk.
+                let far = super::far_distance(UNIT, 2048);
+                super::prefetch_far_part(ua, UNIT, c, 4, far);
+                super::prefetch_far_part(ub, UNIT, c, 4, far);
                 let sc0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(join8(ua, ub, 32 + 16 * c)));
                 let sc1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(join8(ua, ub, 40 + 16 * c)));
                 let mut wl = [_mm512_setzero_si512(); 8];
@@ -266,13 +266,13 @@ unsafe fn gemm_q6_kx16_impl(
         // values at 144 (column `i` of 32 bytes: group `i / 4`).
         unsafe {
             let (ua, ub) = (a.add(blk * Q6K_UNIT), b.add(blk * Q6K_UNIT));
-            // Batched decode reads each unit once: fetch ahead of both groups.
-            super::prefetch_ahead(ua, Q6K_UNIT);
-            super::prefetch_ahead(ub, Q6K_UNIT);
-            super::prefetch_far(ua, Q6K_UNIT);
-            super::prefetch_far(ub, Q6K_UNIT);
             let mut fsum = [_mm512_setzero_ps(); X8_N];
             for c in 0..4 {
+                // Batched decode reads each unit once: fetch ahead of both
+                // groups, a quarter unit per chunk.
+                let far = super::far_distance(Q6K_UNIT, 2048);
+                super::prefetch_far_part(ua, Q6K_UNIT, c, 4, far);
+                super::prefetch_far_part(ub, Q6K_UNIT, c, 4, far);
                 // Groups 4c..4c + 4: sixteen columns of four elements.
                 let w: [__m512i; 16] =
                     std::array::from_fn(|i| join(ua, ub, 144 + 32 * (16 * c + i)));

@@ -200,8 +200,8 @@ macro_rules! x16 {
                 // (the hardware prefetcher does not cross the two groups).
                 super::prefetch_ahead(ua, $unit);
                 super::prefetch_ahead(ub, $unit);
-                super::prefetch_far(ua, $unit);
-                super::prefetch_far(ub, $unit);
+                super::prefetch_far(ua, $unit, super::far_distance($unit, 256));
+                super::prefetch_far(ub, $unit, super::far_distance($unit, 256));
                 // SAFETY: a unit starts with its 8 rows' f16 scales (and minimums).
                 let dw = unsafe { join_f16(ua, ub, 0) };
                 let mw = if $mins {

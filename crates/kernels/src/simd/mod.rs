@@ -80,21 +80,48 @@ pub(crate) fn prefetch_ahead(p: *const u8, len: usize) {
     prefetch_lines::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.wrapping_add(PREFETCH_AHEAD), len)
 }
 
-/// How far ahead [`prefetch_far`] fetches into L2.
+/// How far ahead [`prefetch_far`] fetches into L2 in Q4_0 weights (144
+/// bytes per eight rows of 32); [`far_distance`] scales it to a layout.
 pub(crate) const PREFETCH_FAR: usize = 12 * 1024;
 
-/// Prefetches the cache lines of `len` bytes at [`PREFETCH_FAR`] past `p`
-/// into L2, for kernels that also [`prefetch_ahead`] into L1. A kernel
-/// that multiplies each weight block by many activation rows (batched
-/// decode, prefill) consumes weights slowly enough for 2 KiB ahead to be
-/// too few requests in flight to keep memory busy, and further ahead into
-/// L1 evicts the activation rows: the two distances together cut the
-/// 8-sequence step of a 1b Q4_0 model by a tenth to a fifth (BENCHMARKS); in the one-row
-/// decode kernels it made the step slower and is not used there.
+/// [`PREFETCH_FAR`] for units of `unit` bytes holding `weights` weights:
+/// the same number of weights ahead, so the same time ahead at a kernel's
+/// rate of products whatever the bits per weight (Q8_0 goes 22.7 KiB
+/// ahead, Q4_K 12.3 KiB).
+pub(crate) const fn far_distance(unit: usize, weights: usize) -> usize {
+    (PREFETCH_FAR * unit * 256 / (144 * weights)).next_multiple_of(64)
+}
+
+/// Prefetches the cache lines of `len` bytes at `dist` past `p` into L2
+/// (`dist` from [`far_distance`]), for kernels that also
+/// [`prefetch_ahead`] into L1. A kernel that multiplies each weight block
+/// by many activation rows (batched decode, prefill) consumes weights
+/// slowly enough for 2 KiB ahead to be too few requests in flight to keep
+/// memory busy, and further ahead into L1 evicts the activation rows: the
+/// two distances together cut the 8-sequence step of a 1b Q4_0 model by a
+/// tenth to a fifth and of a Q8_0 one by a quarter (BENCHMARKS); in the
+/// one-row decode kernels it made the step slower and is not used there.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-pub(crate) fn prefetch_far(p: *const u8, len: usize) {
-    prefetch_lines::<{ std::arch::x86_64::_MM_HINT_T1 }>(p.wrapping_add(PREFETCH_FAR), len)
+pub(crate) fn prefetch_far(p: *const u8, len: usize, dist: usize) {
+    prefetch_lines::<{ std::arch::x86_64::_MM_HINT_T1 }>(p.wrapping_add(dist), len)
+}
+
+/// [`prefetch_far`] of part `part` of `parts` of a `unit`-byte weight unit
+/// at `p`: kernels whose units are large (the 256-element K-quants, over
+/// a KiB per group) spread a unit's prefetches over its chunks, since a
+/// whole unit's at once overflowed the miss queues and were lost (a
+/// DRAM-resident Q4_K matrix times 8 rows: 147 -> 276 GMAC/s on one
+/// thread, BENCHMARKS), and leave L1 to the hardware.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) fn prefetch_far_part(p: *const u8, unit: usize, part: usize, parts: usize, dist: usize) {
+    let (lo, hi) = (
+        unit * part / parts / 64 * 64,
+        unit * (part + 1) / parts / 64 * 64,
+    );
+    let hi = if part + 1 == parts { unit } else { hi };
+    prefetch_far(p.wrapping_add(lo), hi - lo, dist)
 }
 
 /// Prefetches the cache lines of `len` bytes from `a` with cache hint `HINT`.

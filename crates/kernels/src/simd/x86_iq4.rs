@@ -396,16 +396,16 @@ unsafe fn gemm_iq4_xsx16_impl(
         // nibbles at 80.
         unsafe {
             let (ua, ub) = (a.add(blk * IQ4XS_UNIT), b.add(blk * IQ4XS_UNIT));
-            // The weights are read once per step: fetch ahead of them.
-            super::prefetch_ahead(ua, IQ4XS_UNIT);
-            super::prefetch_ahead(ub, IQ4XS_UNIT);
-            super::prefetch_far(ua, IQ4XS_UNIT);
-            super::prefetch_far(ub, IQ4XS_UNIT);
             // Sub-block sums times their scales, in f32: exact products
             // of integers below 2^24 and 6-bit scales, rounded only where
             // they add up (vpmulld costs two port-0 uops per use).
             let mut fsum = [_mm512_setzero_ps(); X8_N];
             for c in 0..4 {
+                // The weights are read once per step: fetch ahead of them,
+                // a quarter unit per chunk.
+                let far = super::far_distance(IQ4XS_UNIT, 2048);
+                super::prefetch_far_part(ua, IQ4XS_UNIT, c, 4, far);
+                super::prefetch_far_part(ub, IQ4XS_UNIT, c, 4, far);
                 // Sub-blocks 2c and 2c + 1: low and high halves of four columns each.
                 let mut w = [_mm512_setzero_si512(); 16];
                 for h in 0..2 {
