@@ -193,6 +193,10 @@ macro_rules! x8 {
             for b in 0..nb {
                 if $rn == 1 {
                     super::prefetch_ahead(u, $unit);
+                } else {
+                    // Batched rows consume weights slowly: fetch far ahead
+                    // into L2 (see `prefetch_far`).
+                    super::prefetch_far(u, $unit, super::far_distance($unit, 256));
                 }
                 // SAFETY: a unit starts with the 8 rows' f16 scales (16 bytes).
                 let dw = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(u as *const __m128i) });
@@ -478,6 +482,12 @@ macro_rules! k8 {
                 }
                 let prep = $prep(u);
                 for j in 0..$rn {
+                    if $rn > 1 {
+                        // A part of the unit per activation row (see
+                        // `prefetch_far_part`).
+                        let far = super::far_distance($unit, 2048);
+                        super::prefetch_far_part(u, $unit, j, $rn, far);
+                    }
                     // SAFETY: block `b < nb` of each activation row exists.
                     let bx = unsafe { x[j].as_ptr().add(b * Q8K) };
                     // SAFETY: the block's f32 scale is its first 4 bytes.
