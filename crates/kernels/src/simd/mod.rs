@@ -82,12 +82,14 @@ pub(crate) fn prefetch_ahead(p: *const u8, len: usize) {
 
 /// How far ahead [`prefetch_far`] fetches into L2 in Q4_0 weights (144
 /// bytes per eight rows of 32); [`far_distance`] scales it to a layout.
+#[cfg(target_arch = "x86_64")]
 pub(crate) const PREFETCH_FAR: usize = 12 * 1024;
 
 /// [`PREFETCH_FAR`] for units of `unit` bytes holding `weights` weights:
 /// the same number of weights ahead, so the same time ahead at a kernel's
 /// rate of products whatever the bits per weight (Q8_0 goes 22.7 KiB
 /// ahead, Q4_K 12.3 KiB).
+#[cfg(target_arch = "x86_64")]
 pub(crate) const fn far_distance(unit: usize, weights: usize) -> usize {
     (PREFETCH_FAR * unit * 256 / (144 * weights)).next_multiple_of(64)
 }
