@@ -118,24 +118,23 @@ pub(super) unsafe fn sub_block_dot(pairs: &[__m512i; 4], bx: *const u8) -> __m51
 
 /// Two adjacent eight-row Q4_K groups times [`X8_N`] Q8_K activation rows.
 pub fn gemm_q4_kx16(groups: [&[u8]; 2], x: &[&[u8]; X8_N]) -> [[f32; 16]; X8_N] {
-    let nb = whole_blocks(groups, x, Q4K_UNIT);
-    // SAFETY: features detected by the kernel table; `nb` whole blocks everywhere.
-    unsafe {
-        gemm_q45_kx16_impl::<false, Q4K_UNIT>(
-            groups[0].as_ptr(),
-            groups[1].as_ptr(),
-            std::array::from_fn(|j| x[j].as_ptr()),
-            nb,
-        )
-    }
+    gemm_q45_kx16::<false, Q4K_UNIT>(groups, x)
 }
 
 /// Two adjacent eight-row Q5_K groups times [`X8_N`] Q8_K activation rows.
 pub fn gemm_q5_kx16(groups: [&[u8]; 2], x: &[&[u8]; X8_N]) -> [[f32; 16]; X8_N] {
-    let nb = whole_blocks(groups, x, Q5K_UNIT);
+    gemm_q45_kx16::<true, Q5K_UNIT>(groups, x)
+}
+
+/// The checked entry of [`gemm_q45_kx16_impl`].
+fn gemm_q45_kx16<const FIVE: bool, const UNIT: usize>(
+    groups: [&[u8]; 2],
+    x: &[&[u8]; X8_N],
+) -> [[f32; 16]; X8_N] {
+    let nb = whole_blocks(groups, x, UNIT);
     // SAFETY: features detected by the kernel table; `nb` whole blocks everywhere.
     unsafe {
-        gemm_q45_kx16_impl::<true, Q5K_UNIT>(
+        gemm_q45_kx16_impl::<FIVE, UNIT>(
             groups[0].as_ptr(),
             groups[1].as_ptr(),
             std::array::from_fn(|j| x[j].as_ptr()),
