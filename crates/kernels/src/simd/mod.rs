@@ -95,8 +95,8 @@ pub(crate) const fn far_distance(unit: usize, weights: usize) -> usize {
 }
 
 /// Prefetches the cache lines of `len` bytes at `dist` past `p` into L2
-/// (`dist` from [`far_distance`]), for kernels that also
-/// [`prefetch_ahead`] into L1. A kernel that multiplies each weight block
+/// (`dist` from [`far_distance`]), for batched kernels (the 32-element
+/// 16-row ones beside [`prefetch_ahead`] into L1). A kernel that multiplies each weight block
 /// by many activation rows (batched decode, prefill) consumes weights
 /// slowly enough for 2 KiB ahead to be too few requests in flight to keep
 /// memory busy, and further ahead into L1 evicts the activation rows: the
