@@ -215,12 +215,8 @@ unsafe fn quantize_q8_0_impl(x: &[f32], out: &mut [u8]) {
 /// one 512-bit register per sixteen values, so each of a block's sixteen
 /// sums is one register's reduction.
 pub fn quantize_q8_k(x: &[f32], out: &mut [u8]) {
-    use crate::quant::dot::Q8_K_BYTES;
-    for (xb, ob) in x.chunks_exact(256).zip(out.chunks_exact_mut(Q8_K_BYTES)) {
-        let xb: &[f32; 256] = xb.try_into().expect("exact chunk");
-        // SAFETY: features detected by the kernel table; whole blocks.
-        unsafe { quantize_q8_k_block(xb, ob) }
-    }
+    // SAFETY: features detected by the kernel table; whole blocks.
+    super::q8k_blocks(x, out, |xb, ob| unsafe { quantize_q8_k_block(xb, ob) })
 }
 
 /// # Safety

@@ -158,6 +158,16 @@ pub(crate) fn prefetch_start(p: *const u8, len: usize) {
     }
 }
 
+/// Runs a tier's Q8_K block quantizer over `x` (a multiple of 256 values)
+/// and `out`, block by block: the one loop of every tier's `quantize_q8_k`.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn q8k_blocks(x: &[f32], out: &mut [u8], block: impl Fn(&[f32; 256], &mut [u8])) {
+    use crate::quant::dot::Q8_K_BYTES;
+    for (xb, ob) in x.chunks_exact(256).zip(out.chunks_exact_mut(Q8_K_BYTES)) {
+        block(xb.try_into().expect("exact chunk"), ob);
+    }
+}
+
 /// The constants of every tier's polynomial `exp` (Cephes' `expf`): inputs
 /// are clamped to `±EXP_MAX`, `n = round(x log2 e)`, `r = x - n ln 2` with
 /// ln 2 split in two (`LN2_HI + LN2_LO`) so the product is exact, and
