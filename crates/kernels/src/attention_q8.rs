@@ -8,13 +8,14 @@
 //!   over the row's 32-value blocks, the dot products in integers.
 //! - **Weighted sum of V.** Per 64-position chunk ([`V_CHUNK`]), query row and V block,
 //!   the softmax weights times the V block scales, `w_p = P_p * dv_p`, are
-//!   quantized to 16 bits against the chunk's largest `P` times its largest
-//!   `dv` (`u_p = round(65535 * w_p / (max P * max dv))`), the chunk's sum
-//!   `sum_p u_p * v_p` is taken in integers (the SIMD kernel as two byte
-//!   sums, high and low), and `max P * max dv / 65535` times it is added
-//!   to the output in f32. Each weight is off by at most 1/131070 of that
-//!   bound, far below what Q8_0 V itself loses (8-bit weights measured
-//!   1.6% off on a 150-position sum: too coarse).
+//!   quantized to signed 16 bits against the chunk's largest `P` times its
+//!   largest `dv` (`u_p = round(32767 * w_p / (max P * max dv))`), the
+//!   chunk's sum `sum_p u_p * v_p` is taken in integers (the SIMD kernel
+//!   with `vpdpwssd`, two positions per instruction), and
+//!   `max P * max dv / 32767` times it is added to the output in f32.
+//!   Each weight is off by at most 1/65534 of that bound, far below what
+//!   Q8_0 V itself loses (8-bit weights measured 1.6% off on a
+//!   150-position sum: too coarse).
 //!
 //! Scores and weights sit in rows of stride `w` (positions `start..`), as
 //! the tile kernels keep them; positions past the cache's last are zero.
@@ -73,9 +74,10 @@ pub fn quantize_query(q: &[f32], rows: usize, hd: usize, scale: f32) -> QuantQue
 /// Below this, a chunk's largest weight is taken as this (weights that
 /// small add nothing; it keeps `WEIGHT_MAX / max` finite without a branch).
 pub const MIN_WEIGHT_MAX: f32 = 1e-30;
-/// The largest quantized weight: weights are 16-bit, summed as a high and
-/// a low byte (each an unsigned `vpdpbusd` operand).
-pub const WEIGHT_MAX: f32 = 65535.0;
+/// The largest quantized weight: weights are signed 16-bit `vpdpwssd`
+/// operands (never negative). A chunk's sum stays below
+/// `64 * 32767 * 128 < 2^31`.
+pub const WEIGHT_MAX: f32 = 32767.0;
 
 /// The quantized weights of one chunk of the V sum, query row and V
 /// block: `u` (16-bit) and the scale their integer sum is multiplied by.

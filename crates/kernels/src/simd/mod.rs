@@ -18,6 +18,8 @@ pub mod avx512_attn;
 #[cfg(target_arch = "x86_64")]
 mod avx512_attn_f16;
 #[cfg(target_arch = "x86_64")]
+mod avx512_attn_v;
+#[cfg(target_arch = "x86_64")]
 pub mod avx512_k16;
 #[cfg(target_arch = "x86_64")]
 mod avx512_rows;

@@ -1,0 +1,382 @@
+//! AVX-512 VNNI weighted sum of a Q8_0 (or Q4_0) V cache: the second half
+//! of the integer attention tile ([`super::avx512_attn`]), after the
+//! softmax.
+//!
+//! Per chunk of [`V_CHUNK`] positions the V rows are widened to 16 bits
+//! once and stored pair-interleaved: each dword lane of a register holds
+//! one dimension of two neighbouring positions. Each query row's softmax
+//! weights, times the V blocks' scales, are quantized to signed 16 bits
+//! (see [`crate::attention_q8`]) and stored in position order, so the
+//! dword of two positions' weights is one broadcast load, and one
+//! `vpdpwssd` advances sixteen dimensions by two positions. Four query
+//! rows share each V register load (sixteen accumulators for a 64-value
+//! slice of the head).
+//!
+//! Reached only through the AVX-512 tier's attention tile, which the kernel
+//! table hands out after AVX-512 F/BW/VL/VNNI were detected: the safety
+//! condition of [`weighted_v_q8`].
+
+#![allow(unsafe_code)]
+
+use super::avx512_rows::{HeadRows, Wide, LANES, MAX_ROW};
+use crate::attention_q8::{BLOCK_BYTES, MIN_WEIGHT_MAX, QK, V_CHUNK, WEIGHT_MAX};
+use crate::rows::HeadView;
+use std::arch::x86_64::*;
+
+/// Position pairs per chunk (one `vpdpwssd` step each).
+const PAIRS: usize = V_CHUNK / 2;
+/// Sixteen-position quarters per chunk.
+const SUB: usize = V_CHUNK / LANES;
+/// Query rows that share the V registers.
+const ROWS: usize = 4;
+/// Most V blocks of a head (256 values).
+const MAX_BLOCKS: usize = 256 / QK;
+
+/// One query row's quantized weights of a chunk: per V block (a whole
+/// last slice's worth, the missing block's 0), the chunk's positions in
+/// order.
+type RowWeights = [[i16; V_CHUNK]; MAX_BLOCKS];
+
+/// The weighted sum of the V rows `v` (Q8_0 or Q4_0) at positions
+/// `start..n_last` with the softmax weights `probs[r * w + p]` of `rows`
+/// rows, into `out` (`rows * hd`, overwritten), as
+/// [`crate::attention_q8::weighted_v_reference`] computes it (the same
+/// integer sums). The dimensions of the accumulators are in the
+/// transpose's order until the end ([`dim`]). A head of 32 mod 64 values
+/// (Phi-3's 96) ends in half a slice: its missing block reads as zeros
+/// with scale 0, and its dimensions are dropped at the end.
+///
+/// # Safety
+/// AVX-512 F/BW/VL/VNNI are available; `hd` is a multiple of 32 and at
+/// most 256; `probs` holds `rows * w` values, `out` `rows * hd`, and
+/// `n_last` is at most the rows the view's block table covers.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn weighted_v_q8(
+    view: &HeadView<'_>,
+    v: &[u8],
+    probs: &[f32],
+    rows: usize,
+    start: usize,
+    n_last: usize,
+    w: usize,
+    out: &mut [f32],
+) {
+    let hd = view.kv.head_dim;
+    let (nb, nz) = (hd / QK, hd.div_ceil(64));
+    // Accumulator row stride: whole 64-value slices.
+    let sw = nz * 64;
+    let zero = [0u8; MAX_ROW];
+    let head = HeadRows::new(view, view.kv.v.ty());
+    let mut wide: Wide = [0; LANES * MAX_ROW];
+    // The chunk's V: [slice][pair][register], each register of a slice
+    // four of its dimensions in every 128-bit lane ([`dim`]).
+    let mut vt = vec![_mm512_setzero_si512(); nz * PAIRS * 4];
+    let mut acc_f = vec![0.0f32; rows * sw];
+    let mut ptr = [std::ptr::null(); LANES];
+    let mut wq = [[[0i16; V_CHUNK]; MAX_BLOCKS]; ROWS];
+    let tiny = _mm512_set1_ps(MIN_WEIGHT_MAX);
+    for p0 in (start..n_last).step_by(V_CHUNK) {
+        // Per quarter: the weights' lanes inside the weights row, and each
+        // V block's scales times WEIGHT_MAX over the chunk's largest scale
+        // of that block (shared by all rows).
+        let mut mask = [0 as __mmask16; SUB];
+        // Blocks past `nb` (half a last slice) keep scale 0.
+        let mut dvs = [[_mm512_setzero_ps(); SUB]; MAX_BLOCKS];
+        let mut dmax = [0.0f32; MAX_BLOCKS];
+        for h in 0..SUB {
+            let q0 = p0 + h * LANES;
+            mask[h] = ((1u32 << w.saturating_sub(q0).min(LANES)) - 1) as u16;
+            head.rows(v, q0, n_last, &zero, &mut wide, &mut ptr);
+            // SAFETY: every pointer in `ptr` starts a whole row of `nb`
+            // blocks; `vt` holds `nz * PAIRS * 4` registers.
+            unsafe {
+                transpose_v(&ptr, nb, h, &mut vt);
+                for (b, d) in dvs.iter_mut().take(nb).enumerate() {
+                    d[h] = block_scales(&ptr, b * BLOCK_BYTES);
+                }
+            }
+        }
+        for b in 0..2 * nz {
+            let m = dvs[b].iter().fold(tiny, |m, d| _mm512_max_ps(m, *d));
+            dmax[b] = _mm512_reduce_max_ps(m);
+            let c = _mm512_set1_ps(WEIGHT_MAX / dmax[b]);
+            for d in dvs[b].iter_mut() {
+                *d = _mm512_mul_ps(*d, c);
+            }
+        }
+        for r0 in (0..rows).step_by(ROWS) {
+            let n = (rows - r0).min(ROWS);
+            let mut scale = [[0.0f32; MAX_BLOCKS]; ROWS];
+            for (i, (wr, sr)) in wq.iter_mut().zip(scale.iter_mut()).take(n).enumerate() {
+                let row = &probs[(r0 + i) * w..];
+                // SAFETY: `mask` keeps every load inside the row.
+                unsafe { quantize_row(row, p0, &mask, &dvs[..2 * nz], &dmax, wr, sr) };
+            }
+            let o = &mut acc_f[r0 * sw..(r0 + n) * sw];
+            // SAFETY: `wq` and `scale` hold `n` rows, `o` `n` rows of `sw`.
+            unsafe {
+                match n {
+                    1 => slices::<1>(&vt, &wq, &scale, nz, o),
+                    2 => slices::<2>(&vt, &wq, &scale, nz, o),
+                    3 => slices::<3>(&vt, &wq, &scale, nz, o),
+                    _ => slices::<ROWS>(&vt, &wq, &scale, nz, o),
+                }
+            }
+        }
+    }
+    for r in 0..rows {
+        for (j, &a) in acc_f[r * sw..(r + 1) * sw].iter().enumerate() {
+            let d = dim(j);
+            if d < hd {
+                out[r * hd + d] = a;
+            }
+        }
+    }
+}
+
+/// The head dimension of accumulator value `j` of a row: register `i` of
+/// slice `z`, lane `l` holds dimension `64 z + 32 (i / 2) + 8 (l / 4) +
+/// 4 (i % 2) + l % 4` (the unpacks work within 128-bit lanes).
+fn dim(j: usize) -> usize {
+    let (z, i, l) = (j / 64, j / 16 % 4, j % 16);
+    64 * z + 32 * (i / 2) + 8 * (l / 4) + 4 * (i % 2) + l % 4
+}
+
+/// One query row's weights of the chunk at `p0` (`probs` its row):
+/// `wq[b][p]` the quantized weight of position `p0 + p` in block `b`,
+/// `scale[b]` what block `b`'s integer sum is multiplied by.
+///
+/// # Safety
+/// AVX-512 F/BW/VL are available; `mask[h]` covers only values of `probs`
+/// (from `p0 + 16 h`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn quantize_row(
+    probs: &[f32],
+    p0: usize,
+    mask: &[__mmask16; SUB],
+    dvs: &[[__m512; SUB]],
+    dmax: &[f32; MAX_BLOCKS],
+    wq: &mut RowWeights,
+    scale: &mut [f32; MAX_BLOCKS],
+) {
+    let tiny = _mm512_set1_ps(MIN_WEIGHT_MAX);
+    let pr: [__m512; SUB] = std::array::from_fn(|h| {
+        if mask[h] == 0 {
+            return _mm512_setzero_ps();
+        }
+        // SAFETY: `mask` keeps the load inside the row.
+        unsafe { _mm512_maskz_loadu_ps(mask[h], probs[p0 + h * LANES..].as_ptr()) }
+    });
+    let pmax = _mm512_reduce_max_ps(pr.iter().fold(tiny, |m, p| _mm512_max_ps(m, *p)));
+    let inv = _mm512_set1_ps(1.0 / pmax);
+    let pr = pr.map(|p| _mm512_mul_ps(p, inv));
+    for (b, (d, wb)) in dvs.iter().zip(wq.iter_mut()).enumerate() {
+        for h in 0..SUB {
+            let q = _mm512_cvtps_epi32(_mm512_mul_ps(pr[h], d[h]));
+            // SAFETY: 16 values of `wb` from `16 h`.
+            unsafe {
+                _mm256_storeu_si256(
+                    wb[h * LANES..].as_mut_ptr() as *mut __m256i,
+                    _mm512_cvtsepi32_epi16(q),
+                )
+            };
+        }
+        scale[b] = pmax * dmax[b] * (1.0 / WEIGHT_MAX);
+    }
+}
+
+/// The chunk's sums of `R` query rows (`wq`, `scale`) over the transposed
+/// V (`vt`, `nz` slices), added to their accumulators `o` (`R` rows of
+/// `nz * 64`, in the transpose's order).
+///
+/// # Safety
+/// AVX-512 F/BW/VL/VNNI are available; `vt` holds `nz * PAIRS * 4`
+/// registers, `o` `R * nz * 64` values.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn slices<const R: usize>(
+    vt: &[__m512i],
+    wq: &[RowWeights; ROWS],
+    scale: &[[f32; MAX_BLOCKS]; ROWS],
+    nz: usize,
+    o: &mut [f32],
+) {
+    let sw = nz * 64;
+    for z in 0..nz {
+        let mut acc = [[_mm512_setzero_si512(); 4]; R];
+        for k in 0..PAIRS {
+            let vr: &[__m512i; 4] = vt[(z * PAIRS + k) * 4..][..4].try_into().unwrap();
+            for (a, wr) in acc.iter_mut().zip(wq) {
+                // Two positions' weights of blocks 2z and 2z + 1: one
+                // dword each.
+                let pair = |b: usize| {
+                    // SAFETY: positions 2k, 2k + 1 of block `b` in `wr`.
+                    let x = unsafe { (wr[b].as_ptr().add(2 * k) as *const i32).read_unaligned() };
+                    _mm512_set1_epi32(x)
+                };
+                let (w0, w1) = (pair(2 * z), pair(2 * z + 1));
+                a[0] = _mm512_dpwssd_epi32(a[0], vr[0], w0);
+                a[1] = _mm512_dpwssd_epi32(a[1], vr[1], w0);
+                a[2] = _mm512_dpwssd_epi32(a[2], vr[2], w1);
+                a[3] = _mm512_dpwssd_epi32(a[3], vr[3], w1);
+            }
+        }
+        for (r, a) in acc.iter().enumerate() {
+            for (i, ai) in a.iter().enumerate() {
+                let s = _mm512_set1_ps(scale[r][2 * z + i / 2]);
+                let at = o[r * sw + (z * 4 + i) * 16..][..16].as_mut_ptr();
+                // SAFETY: 16 floats of row `r` from `at`.
+                unsafe {
+                    _mm512_storeu_ps(
+                        at,
+                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(*ai), s, _mm512_loadu_ps(at)),
+                    )
+                };
+            }
+        }
+    }
+}
+
+/// The scales of block `off` (byte offset in the row) of the sixteen rows
+/// at `ptr`, as floats (lane `j` = row `j`).
+///
+/// # Safety
+/// Each `ptr[j] + off` starts a whole Q8_0 block; AVX-512 F is available.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn block_scales(ptr: &[*const u8; LANES], off: usize) -> __m512 {
+    // SAFETY: the caller's contract: 2 bytes at each `ptr[j] + off`.
+    let sc: [u16; LANES] =
+        std::array::from_fn(|j| unsafe { (ptr[j].add(off) as *const u16).read_unaligned() });
+    // SAFETY: `sc` holds 16 halfs.
+    unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(sc.as_ptr() as *const __m256i)) }
+}
+
+/// The sixteen V rows at `ptr` (quarter `h` of the chunk; `nb` Q8_0
+/// blocks each, in `nz = nb.div_ceil(2)` 64-value slices; an odd last
+/// block's missing partner reads as zeros) widened to 16 bits into `vt`:
+/// per slice and pair of positions, four registers whose dword lanes hold
+/// one dimension of the two positions (the first in the low half).
+///
+/// # Safety
+/// Each `ptr[j]` starts a row of `nb` Q8_0 blocks; `vt` holds
+/// `nz * PAIRS * 4` registers; AVX-512 F/BW are available.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn transpose_v(ptr: &[*const u8; LANES], nb: usize, h: usize, vt: &mut [__m512i]) {
+    let nz = nb.div_ceil(2);
+    for z in 0..nz {
+        let off = 2 * z * BLOCK_BYTES + 2;
+        let whole = 2 * z + 1 < nb;
+        // Block 2z (low) and 2z + 1 (high) of row `j`, as 16-bit values.
+        // SAFETY: the caller's contract covers every load.
+        let load = |j: usize| unsafe {
+            let lo = _mm512_cvtepi8_epi16(_mm256_loadu_si256(ptr[j].add(off) as *const __m256i));
+            let hi = if whole {
+                _mm512_cvtepi8_epi16(_mm256_loadu_si256(
+                    ptr[j].add(off + BLOCK_BYTES) as *const __m256i
+                ))
+            } else {
+                _mm512_setzero_si512()
+            };
+            (lo, hi)
+        };
+        for k in 0..LANES / 2 {
+            let ((a0, a1), (b0, b1)) = (load(2 * k), load(2 * k + 1));
+            let at = (z * PAIRS + h * LANES / 2 + k) * 4;
+            vt[at] = _mm512_unpacklo_epi16(a0, b0);
+            vt[at + 1] = _mm512_unpackhi_epi16(a0, b0);
+            vt[at + 2] = _mm512_unpacklo_epi16(a1, b1);
+            vt[at + 3] = _mm512_unpackhi_epi16(a1, b1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::attention_q8::test_cache::Cache;
+    use crate::attention_q8::weighted_v_reference;
+    use crate::rows::KvType;
+
+    fn avx512() -> bool {
+        crate::cpu::tiers().contains(&crate::cpu::Isa::Avx512)
+    }
+
+    /// The accumulator order covers every dimension of a slice once.
+    #[test]
+    fn dims_are_a_permutation() {
+        let mut seen: Vec<usize> = (0..128).map(super::dim).collect();
+        seen.sort_unstable();
+        assert_eq!(seen, (0..128).collect::<Vec<_>>());
+    }
+
+    /// Awkward sizes: contexts that end mid-chunk and mid-block, a start
+    /// past 0, pages of 8 and 16 slots (chunks that cross pages), heads of
+    /// 32 to 256 values; query rows that fill no, one and two groups of
+    /// four.
+    #[test]
+    fn simd_weighted_v_equals_the_reference() {
+        if !avx512() {
+            return;
+        }
+        const SHAPES: [(usize, usize, usize, usize, usize); 8] = [
+            // (page slots, KV heads, head dim, positions, start)
+            (16, 1, 64, 1, 0),
+            (16, 4, 64, 40, 0),
+            (8, 2, 32, 37, 8),
+            (8, 3, 96, 100, 16),
+            (16, 2, 128, 77, 0),
+            (16, 1, 256, 33, 8),
+            (8, 1, 64, 200, 24),
+            (16, 2, 64, 300, 0),
+        ];
+        for ((bs, nkv, hd, n_last, start), ty) in SHAPES
+            .into_iter()
+            .flat_map(|s| [KvType::Q8_0, KvType::Q4_0].map(|t| (s, t)))
+        {
+            for rows in [1, 2, 3, 5, 8] {
+                check(bs, nkv, hd, n_last, start, ty, rows);
+            }
+        }
+    }
+
+    fn check(
+        bs: usize,
+        nkv: usize,
+        hd: usize,
+        n_last: usize,
+        start: usize,
+        ty: KvType,
+        rows: usize,
+    ) {
+        let c = Cache::with_type(n_last.div_ceil(bs) + 1, bs, nkv, hd, start, 0.3, ty);
+        let view = c.view();
+        let w = n_last.next_multiple_of(8);
+        // Weights as a softmax leaves them: one large, many small, some
+        // exactly 0 (positions a row does not see), 0 past `n_last`.
+        let probs: Vec<f32> = (0..rows * w)
+            .map(|i| {
+                let p = i % w;
+                if p < start || p >= n_last || p % 11 == 3 {
+                    0.0
+                } else if p % 17 == 5 + i / w {
+                    0.5
+                } else {
+                    ((i * 13 % 29) as f32 + 1.0) * 1e-3
+                }
+            })
+            .collect();
+        let (mut want, mut got) = (vec![f32::NAN; rows * hd], vec![f32::NAN; rows * hd]);
+        weighted_v_reference(&view, &c.bytes, &probs, rows, start, n_last, w, &mut want);
+        // SAFETY: AVX-512 VNNI detected; shapes as the kernel requires.
+        unsafe { super::weighted_v_q8(&view, &c.bytes, &probs, rows, start, n_last, w, &mut got) };
+        for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                "{ty:?} hd={hd} n={n_last} rows={rows} value {i}: {a} vs {b}"
+            );
+        }
+    }
+}
