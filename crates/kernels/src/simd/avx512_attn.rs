@@ -26,7 +26,7 @@
 #![allow(unsafe_code)]
 
 use super::avx512_attn_v::weighted_v_q8;
-use super::avx512_rows::{HeadRows, Wide, LANES, MAX_ROW};
+use super::avx512_rows::{block_scales, HeadRows, Wide, LANES, MAX_ROW};
 use crate::attention_q8::{quantize_query, QuantQuery, BLOCK_BYTES, QK};
 use crate::rows::{HeadView, KvRows, KvType};
 use std::arch::x86_64::*;
@@ -67,61 +67,80 @@ pub(crate) unsafe fn scores_q8(
     let flip = _mm512_set1_epi8(-128);
     let lo_idx = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
     let hi_idx = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
-    let mut acc = vec![0.0f32; rows * LANES];
+    // Partial scores of heads of more than two blocks.
+    let mut acc = vec![0.0f32; if nb > 2 { rows * LANES } else { 0 }];
     let mut max = vec![_mm512_set1_ps(f32::NEG_INFINITY); rows];
     let mut ptr = [std::ptr::null(); LANES];
-    let (q, qd, qoff) = (
-        &qq.q[..rows * hd],
-        &qq.d[..rows * nb],
-        &qq.offset[..rows * nb],
-    );
+    let (q, qd) = (&qq.q[..rows * hd], &qq.d[..rows * nb]);
+    // What the unsigned K adds to each block's dot product, taken off by
+    // starting its sum there.
+    let neg: Vec<__m512i> = qq.offset[..rows * nb]
+        .iter()
+        .map(|&o| _mm512_set1_epi32(-o))
+        .collect();
     for p0 in (start..n_last).step_by(LANES) {
         head.rows(k, p0, n_last, &zero, &mut wide, &mut ptr);
         let store: __mmask16 = ((1u32 << (w - p0).min(LANES)) - 1) as u16;
         let real: __mmask16 = ((1u32 << (n_last - p0).min(LANES)) - 1) as u16;
-        // One query row's dot product with the transposed block `kt`,
-        // less the unsigned K's offset, as floats.
-        let dot = |kt: &[__m512i; 8], r: usize, b: usize| {
-            let qb = &q[r * hd + b * QK..][..QK];
-            let mut d2 = [_mm512_setzero_si512(); 2];
-            for (d, kd) in kt.iter().enumerate() {
-                let qv = i32::from_le_bytes(std::array::from_fn(|i| qb[4 * d + i] as u8));
-                d2[d % 2] = _mm512_dpbusd_epi32(d2[d % 2], *kd, _mm512_set1_epi32(qv));
-            }
-            let d = _mm512_add_epi32(d2[0], d2[1]);
-            _mm512_cvtepi32_ps(_mm512_sub_epi32(d, _mm512_set1_epi32(qoff[r * nb + b])))
-        };
-        // Each row's sixteen scores build up in `acc` over the blocks (full
-        // stores and loads, which forward), then go out once, masked to
-        // the lanes inside the scores row.
-        for b in 0..nb {
+        // Two blocks at a time: both transposed into registers, each
+        // query row's two dot products in four independent sums.
+        for b0 in (0..nb).step_by(2) {
+            let pair = b0 + 1 < nb;
             // SAFETY: every pointer in `ptr` starts a whole row of `nb`
             // blocks (a bounds-checked slice of `k`, or `zero`).
-            let (kt, dk) = unsafe { transpose_block(&ptr, b * BLOCK_BYTES, flip, lo_idx, hi_idx) };
-            for (r, a) in acc.chunks_exact_mut(LANES).enumerate() {
-                let f = _mm512_mul_ps(
-                    dot(&kt, r, b),
-                    _mm512_mul_ps(dk, _mm512_set1_ps(qd[r * nb + b])),
-                );
-                // SAFETY: `a` holds 16 floats.
+            let (kt0, dk0) =
+                unsafe { transpose_block(&ptr, b0 * BLOCK_BYTES, flip, lo_idx, hi_idx) };
+            let (kt1, dk1) = if pair {
+                // SAFETY: as above.
+                unsafe { transpose_block(&ptr, (b0 + 1) * BLOCK_BYTES, flip, lo_idx, hi_idx) }
+            } else {
+                ([_mm512_setzero_si512(); 8], _mm512_setzero_ps())
+            };
+            let (first, last) = (b0 == 0, b0 + 2 >= nb);
+            for r in 0..rows {
+                let qb = q[r * hd + b0 * QK..].as_ptr() as *const i32;
+                // SAFETY: dword `d` of the row's blocks b0 (and b0 + 1).
+                let qw = |d: usize| _mm512_set1_epi32(unsafe { qb.add(d).read_unaligned() });
+                let (o, zero) = (r * nb + b0, _mm512_setzero_si512());
+                let mut c = [neg[o], zero, if pair { neg[o + 1] } else { zero }, zero];
+                for d in 0..4 {
+                    c[0] = _mm512_dpbusd_epi32(c[0], kt0[d], qw(d));
+                    c[1] = _mm512_dpbusd_epi32(c[1], kt0[d + 4], qw(d + 4));
+                }
+                let s0 = _mm512_mul_ps(dk0, _mm512_set1_ps(qd[o]));
+                let mut f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(c[0], c[1])), s0);
+                if pair {
+                    for d in 0..4 {
+                        c[2] = _mm512_dpbusd_epi32(c[2], kt1[d], qw(8 + d));
+                        c[3] = _mm512_dpbusd_epi32(c[3], kt1[d + 4], qw(12 + d));
+                    }
+                    let s1 = _mm512_mul_ps(dk1, _mm512_set1_ps(qd[o + 1]));
+                    let d1 = _mm512_cvtepi32_ps(_mm512_add_epi32(c[2], c[3]));
+                    f = _mm512_fmadd_ps(d1, s1, f);
+                }
+                // SAFETY: `acc` holds 16 floats per row where `nb > 2`
+                // (the only case not both first and last); `store` keeps
+                // the store inside row `r` (`w - p0` lanes).
                 unsafe {
-                    let f = if b == 0 {
-                        f
+                    let a = acc.as_mut_ptr().wrapping_add(r * LANES);
+                    if !first {
+                        f = _mm512_add_ps(_mm512_loadu_ps(a), f);
+                    }
+                    if last {
+                        let at = scores[r * w + p0..].as_mut_ptr();
+                        if store == u16::MAX {
+                            // Masked stores are slow on AMD: a whole one
+                            // where it fits.
+                            _mm512_storeu_ps(at, f);
+                        } else {
+                            _mm512_mask_storeu_ps(at, store, f);
+                        }
+                        max[r] = _mm512_mask_max_ps(max[r], real, max[r], f);
                     } else {
-                        _mm512_add_ps(_mm512_loadu_ps(a.as_ptr()), f)
-                    };
-                    _mm512_storeu_ps(a.as_mut_ptr(), f);
+                        _mm512_storeu_ps(a, f);
+                    }
                 }
             }
-        }
-        for ((r, a), m) in acc.chunks_exact(LANES).enumerate().zip(max.iter_mut()) {
-            // SAFETY: `a` holds 16 floats; `store` keeps the store inside
-            // row `r` (`w - p0` lanes).
-            unsafe {
-                let f = _mm512_loadu_ps(a.as_ptr());
-                *m = _mm512_mask_max_ps(*m, real, *m, f);
-                _mm512_mask_storeu_ps(scores[r * w + p0..].as_mut_ptr(), store, f)
-            };
         }
     }
     for (o, m) in row_max[..rows].iter_mut().zip(&max) {
@@ -177,10 +196,7 @@ unsafe fn transpose_block(
             let idx = if d < 4 { lo_idx } else { hi_idx };
             _mm512_permutex2var_epi64(u[d % 4], idx, u[d % 4 + 4])
         });
-        let sc: [u16; LANES] =
-            std::array::from_fn(|j| (ptr[j].add(off) as *const u16).read_unaligned());
-        let dk = _mm512_cvtph_ps(_mm256_loadu_si256(sc.as_ptr() as *const __m256i));
-        (kt, dk)
+        (kt, block_scales(ptr, off))
     }
 }
 

@@ -18,7 +18,7 @@
 
 #![allow(unsafe_code)]
 
-use super::avx512_rows::{HeadRows, Wide, LANES, MAX_ROW};
+use super::avx512_rows::{block_scales, HeadRows, Wide, LANES, MAX_ROW};
 use crate::attention_q8::{BLOCK_BYTES, MIN_WEIGHT_MAX, QK, V_CHUNK, WEIGHT_MAX};
 use crate::rows::HeadView;
 use std::arch::x86_64::*;
@@ -173,13 +173,14 @@ unsafe fn quantize_row(
     let inv = _mm512_set1_ps(1.0 / pmax);
     let pr = pr.map(|p| _mm512_mul_ps(p, inv));
     for (b, (d, wb)) in dvs.iter().zip(wq.iter_mut()).enumerate() {
-        for h in 0..SUB {
-            let q = _mm512_cvtps_epi32(_mm512_mul_ps(pr[h], d[h]));
-            // SAFETY: 16 values of `wb` from `16 h`.
+        let q: [__m512i; SUB] =
+            std::array::from_fn(|h| _mm512_cvtps_epi32(_mm512_mul_ps(pr[h], d[h])));
+        for half in 0..SUB / 2 {
+            // SAFETY: 32 values of `wb` from `32 half`.
             unsafe {
-                _mm256_storeu_si256(
-                    wb[h * LANES..].as_mut_ptr() as *mut __m256i,
-                    _mm512_cvtsepi32_epi16(q),
+                _mm512_storeu_si512(
+                    wb[half * 2 * LANES..].as_mut_ptr() as *mut _,
+                    _mm512_packs_epi32(q[2 * half], q[2 * half + 1]),
                 )
             };
         }
@@ -239,19 +240,12 @@ unsafe fn slices<const R: usize>(
     }
 }
 
-/// The scales of block `off` (byte offset in the row) of the sixteen rows
-/// at `ptr`, as floats (lane `j` = row `j`).
-///
-/// # Safety
-/// Each `ptr[j] + off` starts a whole Q8_0 block; AVX-512 F is available.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-unsafe fn block_scales(ptr: &[*const u8; LANES], off: usize) -> __m512 {
-    // SAFETY: the caller's contract: 2 bytes at each `ptr[j] + off`.
-    let sc: [u16; LANES] =
-        std::array::from_fn(|j| unsafe { (ptr[j].add(off) as *const u16).read_unaligned() });
-    // SAFETY: `sc` holds 16 halfs.
-    unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(sc.as_ptr() as *const __m256i)) }
+/// Where the weights of pair `k` (positions `2k`, `2k + 1`) of quarter
+/// `h` lie among a block's 32 weight dwords: `vpackssdw` packs two
+/// quarters lane by lane, so in each 128-bit lane two pairs of the first
+/// quarter come before two of the second.
+fn slot(h: usize, k: usize) -> usize {
+    16 * (h / 2) + 4 * (k / 2) + k % 2 + 2 * (h % 2)
 }
 
 /// The sixteen V rows at `ptr` (quarter `h` of the chunk; `nb` Q8_0
@@ -285,11 +279,16 @@ unsafe fn transpose_v(ptr: &[*const u8; LANES], nb: usize, h: usize, vt: &mut [_
         };
         for k in 0..LANES / 2 {
             let ((a0, a1), (b0, b1)) = (load(2 * k), load(2 * k + 1));
-            let at = (z * PAIRS + h * LANES / 2 + k) * 4;
-            vt[at] = _mm512_unpacklo_epi16(a0, b0);
-            vt[at + 1] = _mm512_unpackhi_epi16(a0, b0);
-            vt[at + 2] = _mm512_unpacklo_epi16(a1, b1);
-            vt[at + 3] = _mm512_unpackhi_epi16(a1, b1);
+            let at = (z * PAIRS + slot(h, k)) * 4;
+            let regs = [
+                _mm512_unpacklo_epi16(a0, b0),
+                _mm512_unpackhi_epi16(a0, b0),
+                _mm512_unpacklo_epi16(a1, b1),
+                _mm512_unpackhi_epi16(a1, b1),
+            ];
+            // SAFETY: `slot` < PAIRS and `z` < `nz`: the caller's `vt`
+            // holds the four registers.
+            unsafe { std::ptr::copy_nonoverlapping(regs.as_ptr(), vt.as_mut_ptr().add(at), 4) };
         }
     }
 }
