@@ -12,12 +12,13 @@
 //! (24 shuffles per 32-value block of sixteen positions) is paid once for
 //! all `t * group` query rows of the tile, where the float path widened
 //! every K value to f32 and spent four FMAs per position and query row on
-//! a 64-value head. Softmax and the weighted sum of V are the float
-//! tile's ([`super::avx2_attn::finish_tile`]).
+//! a 64-value head. The softmax here ([`softmax_and_sum`]) leaves the
+//! weights unnormalized; over a Q8_0 or Q4_0 V the weighted sum is
+//! [`super::avx512_attn_v`]'s, over an f16 V the float tile's.
 //!
 //! `vpdpbusd` multiplies unsigned by signed bytes: the K bytes are made
-//! unsigned by `xor 0x80` (adding 128) and `128 * sum(q)` of each query
-//! block is subtracted from its sums.
+//! unsigned by `xor 0x80` (adding 128), and each query block's sums start
+//! at `-128 * sum(q)`.
 //!
 //! Reached only through the AVX-512 tier's attention tile, which the kernel
 //! table hands out after AVX-512 F/BW/VL/VNNI were detected: the safety
@@ -127,15 +128,8 @@ pub(crate) unsafe fn scores_q8(
                         f = _mm512_add_ps(_mm512_loadu_ps(a), f);
                     }
                     if last {
-                        let at = scores[r * w + p0..].as_mut_ptr();
-                        if store == u16::MAX {
-                            // Masked stores are slow on AMD: a whole one
-                            // where it fits.
-                            _mm512_storeu_ps(at, f);
-                        } else {
-                            _mm512_mask_storeu_ps(at, store, f);
-                        }
                         max[r] = _mm512_mask_max_ps(max[r], real, max[r], f);
+                        _mm512_mask_storeu_ps(scores[r * w + p0..].as_mut_ptr(), store, f);
                     } else {
                         _mm512_storeu_ps(a, f);
                     }
