@@ -342,13 +342,7 @@ impl Core {
         // A sequence that never had a draft verified is taken at the
         // share of recent sequences' drafts (at first, all accepted).
         let prior = self.lookup_prior.rate;
-        let share = |s: &Seq| {
-            if s.drafted == 0 {
-                prior
-            } else {
-                s.draft_len.rate
-            }
-        };
+        let share = |s: &Seq| if s.drafted == 0 { prior } else { s.draft_len.rate };
         let drafts: Vec<(usize, f64)> = lookup
             .iter()
             .map(|&i| (self.running[i].draft.len(), share(&self.running[i])))
@@ -436,10 +430,7 @@ mod tests {
         assert_eq!(keep_drafts(1, &[(4, 0.4)], |_| None), None);
         // A line (every row costs the same) keeps drafts that pay per row.
         let line = |rows: usize| Some(0.010 + 0.001 * rows as f64);
-        assert_eq!(
-            keep_drafts(2, &[(4, 0.5), (4, 0.01)], line),
-            Some(vec![4, 0])
-        );
+        assert_eq!(keep_drafts(2, &[(4, 0.5), (4, 0.01)], line), Some(vec![4, 0]));
     }
 
     /// Steps until the next draft, and its length.
