@@ -243,6 +243,22 @@ pub fn weighted_v_reference(
 pub(crate) mod test_cache {
     use crate::rows::{HeadView, KvRows, KvType, PagedKv};
 
+    /// Awkward sizes for the integer tile's tests: contexts that end
+    /// mid-chunk and mid-block, a start past 0, pages of 8 and 16 slots
+    /// (chunks that cross pages), heads of 32 to 256 values, a context of
+    /// several V chunks: (page slots, KV heads, head dim, positions, start).
+    #[cfg(target_arch = "x86_64")]
+    pub(crate) const SHAPES: [(usize, usize, usize, usize, usize); 8] = [
+        (16, 1, 64, 1, 0),
+        (16, 4, 64, 40, 0),
+        (8, 2, 32, 37, 8),
+        (8, 3, 96, 100, 16),
+        (16, 2, 128, 77, 0),
+        (16, 1, 256, 33, 8),
+        (8, 1, 64, 200, 24),
+        (16, 2, 64, 300, 0),
+    ];
+
     /// A paged Q8_0 (or Q4_0) cache of `blocks` blocks (`bs` slots, `nkv`
     /// heads of `hd`), its block table out of order, and a view of its
     /// last head whose visible positions start at `from`.

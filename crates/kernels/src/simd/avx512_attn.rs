@@ -367,7 +367,7 @@ unsafe fn softmax_rows(
 
 #[cfg(test)]
 mod tests {
-    use crate::attention_q8::test_cache::Cache;
+    use crate::attention_q8::test_cache::{Cache, SHAPES};
     use crate::attention_q8::{quantize_query, scores_reference};
     use crate::rows::KvType;
 
@@ -377,20 +377,6 @@ mod tests {
     fn avx512() -> bool {
         crate::cpu::tiers().contains(&crate::cpu::Isa::Avx512)
     }
-
-    /// Awkward sizes: contexts that end mid-chunk and mid-block, a start
-    /// past 0, pages of 8 and 16 slots (chunks that cross pages), heads of
-    /// 32 to 256 values.
-    const SHAPES: [(usize, usize, usize, usize, usize); 7] = [
-        // (page slots, KV heads, head dim, positions, start)
-        (16, 1, 64, 1, 0),
-        (16, 4, 64, 40, 0),
-        (8, 2, 32, 37, 8),
-        (8, 3, 96, 100, 16),
-        (16, 2, 128, 77, 0),
-        (16, 1, 256, 33, 8),
-        (8, 1, 64, 200, 24),
-    ];
 
     #[test]
     fn simd_scores_equal_the_reference() {

@@ -295,7 +295,7 @@ unsafe fn transpose_v(ptr: &[*const u8; LANES], nb: usize, h: usize, vt: &mut [_
 
 #[cfg(test)]
 mod tests {
-    use crate::attention_q8::test_cache::Cache;
+    use crate::attention_q8::test_cache::{Cache, SHAPES};
     use crate::attention_q8::weighted_v_reference;
     use crate::rows::KvType;
 
@@ -320,17 +320,6 @@ mod tests {
         if !avx512() {
             return;
         }
-        const SHAPES: [(usize, usize, usize, usize, usize); 8] = [
-            // (page slots, KV heads, head dim, positions, start)
-            (16, 1, 64, 1, 0),
-            (16, 4, 64, 40, 0),
-            (8, 2, 32, 37, 8),
-            (8, 3, 96, 100, 16),
-            (16, 2, 128, 77, 0),
-            (16, 1, 256, 33, 8),
-            (8, 1, 64, 200, 24),
-            (16, 2, 64, 300, 0),
-        ];
         for ((bs, nkv, hd, n_last, start), ty) in SHAPES
             .into_iter()
             .flat_map(|s| [KvType::Q8_0, KvType::Q4_0].map(|t| (s, t)))
