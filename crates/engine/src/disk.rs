@@ -105,6 +105,10 @@ struct Entry {
 #[derive(Debug, Default)]
 struct Index {
     entries: HashMap<ChainHash, Entry>,
+    /// Blocks handed to the thread and not yet written: a load queued
+    /// after them finds their file (the thread takes jobs in order), so
+    /// [`DiskTier::has`] counts them.
+    queued: HashMap<ChainHash, Vec<u32>>,
     tick: u64,
     stats: DiskStats,
 }
@@ -271,7 +275,10 @@ impl DiskTier {
             .spawn(move || {
                 for job in rx {
                     match job {
-                        Job::Write(h, t, d) => worker.write(h, &t, &d),
+                        Job::Write(h, t, d) => {
+                            worker.write(h, &t, &d);
+                            worker.lock().queued.remove(&h);
+                        }
                         Job::Load(seq, chain) => on_loaded(worker.load(seq, &chain)),
                     }
                 }
@@ -287,18 +294,27 @@ impl DiskTier {
         self.index.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Whether a file holds the block `hash` of `tokens` (no I/O).
+    /// Whether a file holds the block `hash` of `tokens`, or will by the
+    /// time a load queued now is read (no I/O).
     pub fn has(&self, hash: ChainHash, tokens: &[u32]) -> bool {
-        self.lock()
-            .entries
-            .get(&hash)
-            .is_some_and(|e| e.tokens == tokens)
+        let ix = self.lock();
+        ix.entries.get(&hash).is_some_and(|e| e.tokens == tokens)
+            || ix.queued.get(&hash).is_some_and(|t| t == tokens)
     }
 
-    /// Queues a block for writing (unless a file holds it already).
+    /// Queues a block for writing (unless a file holds it already or it
+    /// is queued).
     pub fn write(&self, hash: ChainHash, tokens: &[u32], data: Vec<u8>) {
-        if let Some(tx) = &self.tx {
-            let _ = tx.send(Job::Write(hash, tokens.to_vec(), data));
+        let Some(tx) = &self.tx else { return };
+        {
+            let mut ix = self.lock();
+            if ix.entries.contains_key(&hash) || ix.queued.contains_key(&hash) {
+                return;
+            }
+            ix.queued.insert(hash, tokens.to_vec());
+        }
+        if tx.send(Job::Write(hash, tokens.to_vec(), data)).is_err() {
+            self.lock().queued.remove(&hash);
         }
     }
 
@@ -495,6 +511,9 @@ impl Worker {
                         data,
                     });
                 }
+                // A queued write that did not happen (an I/O error, over
+                // the cap): nothing to skip or count.
+                Err(_) if !self.lock().entries.contains_key(hash) => break,
                 Err(why) => {
                     let path = self.path(*hash);
                     tracing::warn!(file = %path.display(), "prefix cache: skipping a block file: {why}");

@@ -121,3 +121,24 @@ fn the_cap_removes_the_least_recently_used_files() {
     assert!(tier.has(13, &[9, 9, 9, 9]));
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
 }
+
+#[test]
+fn a_queued_write_counts_as_held_and_a_failed_one_is_not_a_rejection() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tier, rx) = open(dir.path(), 1, 1 << 20);
+    // Held from the moment it is queued: a load queued after it finds it.
+    tier.write(11, &[1, 2, 3, 4], payload(3));
+    assert!(tier.has(11, &[1, 2, 3, 4]));
+    assert!(!tier.has(11, &[1, 2, 3, 5]));
+    // A payload of the wrong size is never written.
+    tier.write(12, &[5, 6, 7, 8], vec![0; 3]);
+    let got = load(&tier, &rx, &[(11, [1, 2, 3, 4]), (12, [5, 6, 7, 8])]);
+    assert_eq!(got.blocks.len(), 1);
+    assert_eq!(got.blocks[0].data, payload(3));
+    assert!(
+        !tier.has(12, &[5, 6, 7, 8]),
+        "the failed write is forgotten"
+    );
+    let s = tier.stats();
+    assert_eq!((s.files, s.written, s.rejected), (1, 1, 0));
+}
