@@ -11,8 +11,8 @@
 
 use crate::quant::GgmlType;
 use crate::rows::{
-    AttendTile, F16Dot, K16Gemm, K8Gemm, K8Gemv, Q8Row, QuantDot, QuantDot4, QuantizeRow, Tile1,
-    TileN, X16Gemm, X16Gemm4, X8Gemm, X8Gemv, X8_N,
+    AmxGemm, AmxPanel, AttendTile, F16Dot, K16Gemm, K8Gemm, K8Gemv, Q8Row, QuantDot, QuantDot4,
+    QuantizeRow, Tile1, TileN, X16Gemm, X16Gemm4, X8Gemm, X8Gemv, X8_N,
 };
 use std::sync::OnceLock;
 
@@ -31,6 +31,9 @@ pub enum Isa {
     Avx2,
     /// AVX-512 F/BW/VL with VNNI: the AVX2 table with `vpdpbusd` products.
     Avx512,
+    /// AVX-512 plus AMX-TILE and AMX-INT8 granted by the OS: the AVX-512
+    /// table with tile products for prefill (see [`AmxTable`]).
+    Amx,
 }
 
 impl Isa {
@@ -41,6 +44,7 @@ impl Isa {
             Isa::NeonDot => "neondot",
             Isa::Avx2 => "avx2",
             Isa::Avx512 => "avx512",
+            Isa::Amx => "amx",
         }
     }
 
@@ -51,6 +55,7 @@ impl Isa {
             "neondot" => Some(Isa::NeonDot),
             "avx2" => Some(Isa::Avx2),
             "avx512" => Some(Isa::Avx512),
+            "amx" => Some(Isa::Amx),
             _ => None,
         }
     }
@@ -68,6 +73,9 @@ pub fn supported() -> Isa {
             && is_x86_feature_detected!("avx512bw")
             && is_x86_feature_detected!("avx512vl")
             && is_x86_feature_detected!("avx512vnni");
+        if avx512 && crate::simd::amx::available() {
+            return Isa::Amx;
+        }
         if avx512 {
             return Isa::Avx512;
         }
@@ -90,7 +98,7 @@ pub fn supported() -> Isa {
 /// The tiers this CPU can run, lowest first: what tests iterate over.
 pub fn tiers() -> Vec<Isa> {
     let arch: &[Isa] = if cfg!(target_arch = "x86_64") {
-        &[Isa::Scalar, Isa::Avx2, Isa::Avx512]
+        &[Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Amx]
     } else if cfg!(target_arch = "aarch64") {
         &[Isa::Scalar, Isa::Neon, Isa::NeonDot]
     } else {
@@ -245,6 +253,8 @@ pub struct Kernels {
     pub q6_kx8: (K8Gemv, K8Gemm),
     /// Two eight-row groups at once, where the tier has wide registers.
     pub x16: Option<X16Table>,
+    /// Tile products of 16 activation rows, where the tier has AMX.
+    pub amx: Option<AmxTable>,
     /// The zero offset the x8 and x16 kernels of the signed types (Q8_0,
     /// IQ4_NL) expect in the activation terms: 0 for signed products; 128
     /// where the weights are made unsigned (`w + 128`) for `vpdpbusd`.
@@ -262,6 +272,16 @@ pub struct Kernels {
     pub silu_mul: fn(&mut [f32], &[f32]),
     /// GeGLU gate `gate = gelu_tanh(gate) * up`.
     pub gelu_mul: fn(&mut [f32], &[f32]),
+}
+
+/// The AMX products: a panel maker per weight type and the tile product
+/// they share (see [`AmxGemm`]).
+#[derive(Clone, Copy)]
+pub struct AmxTable {
+    pub q4_0: AmxPanel,
+    pub q5_0: AmxPanel,
+    pub q8_0: AmxPanel,
+    pub gemm: AmxGemm,
 }
 
 /// The sixteen-row products of the 32-element types (see [`X16Gemm`]).
@@ -328,6 +348,18 @@ impl Kernels {
             GgmlType::IQ4NL => Some(t.iq4_nl),
             _ => None,
         }
+    }
+
+    /// The AMX panel maker and tile product for a weight type, if the tier has them.
+    pub fn amx_path(&self, ty: GgmlType) -> Option<(AmxPanel, AmxGemm)> {
+        let t = self.amx?;
+        let panel = match ty {
+            GgmlType::Q4_0 => t.q4_0,
+            GgmlType::Q5_0 => t.q5_0,
+            GgmlType::Q8_0 => t.q8_0,
+            _ => return None,
+        };
+        Some((panel, t.gemm))
     }
 
     /// The sixteen-row kernel over four activation rows, if the tier has one.
@@ -419,6 +451,7 @@ impl Kernels {
             iq4_nlx8: (iq4_nlx8_gemv_ref, iq4_nlx8_gemm_ref),
             iq4_xsx8: (iq4_xsx8_gemv_ref, iq4_xsx8_gemm_ref),
             x16: None,
+            amx: None,
             signed_x8_offset: 0.0,
             f16_dot: r::dot_f16_f32,
             bf16_dot: r::dot_bf16_f32,
@@ -503,6 +536,7 @@ impl Kernels {
                     crate::simd::x86_iq4::gemm_iq4_xsx8,
                 ),
                 x16: None,
+                amx: None,
                 signed_x8_offset: 0.0,
                 f16_dot: avx2::dot_f16_f32,
                 bf16_dot: avx2::dot_bf16_f32,
@@ -512,6 +546,19 @@ impl Kernels {
                 silu_mul: avx2::silu_mul,
                 gelu_mul: avx2::gelu_mul,
             };
+            if isa >= Isa::Amx && supported() >= Isa::Amx {
+                use crate::simd::amx;
+                return Kernels {
+                    isa: Isa::Amx,
+                    amx: Some(AmxTable {
+                        q4_0: amx::panel_q4_0,
+                        q5_0: amx::panel_q5_0,
+                        q8_0: amx::panel_q8_0,
+                        gemm: amx::gemm_tiles,
+                    }),
+                    ..avx512_table(avx2)
+                };
+            }
             if isa >= Isa::Avx512 && supported() >= Isa::Avx512 {
                 return avx512_table(avx2);
             }

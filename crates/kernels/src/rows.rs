@@ -67,6 +67,30 @@ pub type X8Gemm = fn(group: &[u8], x: [Q8Row<'_>; X8_N]) -> [[f32; 8]; X8_N];
 /// second's).
 pub type X16Gemm = fn(groups: [&[u8]; 2], x: &[Q8Row<'_>; X8_N]) -> [[f32; 16]; X8_N];
 
+/// Makes the AMX panel of two adjacent eight-row groups' first `nb`
+/// blocks (see `simd::amx`): `q` gets `nb * AMX_B_TILE` bytes of signed
+/// weights in B-tile order, `d` the 16 rows' `nb * 16` scales.
+pub type AmxPanel = fn(pair: [&[u8]; 2], nb: usize, q: &mut [u8], d: &mut [f32]);
+
+/// Bytes of one block's B tile in an AMX panel.
+pub const AMX_B_TILE: usize = 512;
+/// Activation rows of one AMX pass: two tiles of 16.
+pub const AMX_ROWS: usize = 32;
+
+/// AMX products of two panels ([`AmxPanel`]; `nb` blocks each, 32 weight
+/// rows) with `out.len() / AMX_ROWS` passes of activation rows: `out[i][r]`
+/// is weight row `r` (the first panel's 16, then the second's) times
+/// activation row `i`, whose Q8_0 blocks start at `xq[i * stride]` and
+/// whose block scales are `dx[(pass * nb + block) * AMX_ROWS + i % AMX_ROWS]`.
+pub type AmxGemm = fn(
+    panels: [(&[u8], &[f32]); 2],
+    xq: &[u8],
+    stride: usize,
+    dx: &[f32],
+    nb: usize,
+    out: &mut [[f32; 32]],
+);
+
 /// Activation rows of the short sixteen-row tiles ([`X16Gemm4`]).
 pub const X4_N: usize = 4;
 /// The same as [`X16Gemm`] against [`X4_N`] activation rows (the tails of

@@ -93,7 +93,7 @@ pub(super) fn prep_q4<const OFF: usize>(a: *const u8, b: *const u8) -> [__m512i;
 /// Q5_0 (`OFF` 16) and Q5_1 (`OFF` 32): nibbles plus fifth bits.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn prep_q5<const OFF: usize>(a: *const u8, b: *const u8) -> [__m512i; 8] {
+pub(super) fn prep_q5<const OFF: usize>(a: *const u8, b: *const u8) -> [__m512i; 8] {
     let (m4, m1) = (_mm512_set1_epi8(0x0f), _mm512_set1_epi8(0x01));
     // SAFETY: each unit holds 32 bit bytes at `OFF` and 128 quant bytes after them.
     let bits = unsafe { join(a, b, OFF) };

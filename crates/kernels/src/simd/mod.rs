@@ -4,6 +4,8 @@
 //! which hands it out only when the CPU supports its instructions.
 
 #[cfg(target_arch = "x86_64")]
+pub mod amx;
+#[cfg(target_arch = "x86_64")]
 pub mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub mod avx2_attn;
