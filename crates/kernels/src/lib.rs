@@ -18,6 +18,7 @@ pub mod attention_split;
 pub mod cpu;
 pub mod error;
 pub mod matmul;
+mod matmul_amx;
 pub mod ops;
 pub mod probe;
 pub mod quant;

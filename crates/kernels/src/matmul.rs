@@ -5,14 +5,12 @@
 //! Work is split across threads by weight rows.
 
 use crate::cpu::kernels;
+use crate::matmul_amx::{AmxActs, AmxScratch, AMX_MIN_ROWS};
 use crate::quant::repack::{packed_bytes, x8_unit, Q4K_UNIT};
 use crate::quant::repack_q5k::Q5K_UNIT;
 use crate::quant::repack_q6k::Q6K_UNIT;
 use crate::quant::{dequantize_row, GgmlType};
-use crate::rows::{
-    q8_row_terms_into, AmxGemm, AmxPanel, Q8Row, Tile1, TileN, AMX_B_TILE, AMX_ROWS, TILE_N, X4_N,
-    X8_N,
-};
+use crate::rows::{q8_row_terms_into, Q8Row, Tile1, TileN, TILE_N, X4_N, X8_N};
 use crate::threads::{par_chunks, par_column_blocks, ColumnBlock, Threads};
 use crate::{Error, Result};
 use std::cell::RefCell;
@@ -90,6 +88,8 @@ struct Scratch {
     xq: Vec<u8>,
     /// Per activation row: the blocks' `d`, then their `ds` (see [`Q8Row`]).
     xt: Vec<f32>,
+    /// The activations laid out for the AMX tiles.
+    amx: AmxScratch,
 }
 
 thread_local! {
@@ -190,9 +190,9 @@ pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads
                 .amx_path(w.ty)
                 .filter(|_| n >= AMX_MIN_ROWS && w.rows.is_multiple_of(32));
             if let (Some(packed), Some((panel, tile)), Some(unit)) = (w.packed, amx, x8.2) {
+                let acts = AmxActs::pack(&mut s.amx, q, act_rb, nb, n, |t| xrow(t).d, qthreads);
                 par_column_blocks(out, w.rows, 32, threads, |blk| {
-                    let src = AmxSource { q, act_rb, nb, n };
-                    amx_rows(packed, nb * unit, blk, &src, &xrow, panel, tile)
+                    acts.rows(packed, nb * unit, blk, panel, tile)
                 });
             } else if let (Some(packed), Some((gemv, gemm)), Some(unit)) = x8 {
                 let x16 = k.x16_path(w.ty).filter(|_| n >= 2);
@@ -342,82 +342,6 @@ fn x8_rows<R: Copy>(
                 for (j, &x) in tail[..tl].iter().enumerate() {
                     put(tail0 + j, i, &gemv(group, [x])[0]);
                 }
-            }
-        }
-    }
-}
-
-/// Activation rows from which the AMX tiles take a product (a pass has
-/// [`AMX_ROWS`]; fewer are padded).
-const AMX_MIN_ROWS: usize = 16;
-
-/// The quantized activations of an AMX product: `n` rows of `act_rb`
-/// bytes (`nb` Q8_0 blocks each) in `q`.
-struct AmxSource<'x> {
-    q: &'x [u8],
-    act_rb: usize,
-    nb: usize,
-    n: usize,
-}
-
-/// Products of the eight-row groups of `packed` (`group_bytes` each) for
-/// the weight rows of `blk` (a multiple of 32 from a multiple of 32) with
-/// every activation row of `src`, through AMX tiles, 32 weight rows (two
-/// panels) at a time: the panels are made once per pass over up to 256
-/// activation rows (about 1 MiB of them, kept in L2); a last short pass
-/// is padded with copies of the last row.
-fn amx_rows<'x>(
-    packed: &[u8],
-    group_bytes: usize,
-    blk: &mut ColumnBlock<'_, f32>,
-    src: &AmxSource<'_>,
-    xrow: &impl Fn(usize) -> Q8Row<'x>,
-    panel: AmxPanel,
-    gemm: AmxGemm,
-) {
-    let AmxSource { q, act_rb, nb, n } = *src;
-    let (r0, rows) = (blk.first(), blk.width());
-    let group = |g: usize| &packed[g * group_bytes..(g + 1) * group_bytes];
-    let chunk = ((1 << 20) / (act_rb * AMX_ROWS)).clamp(1, 8) * AMX_ROWS;
-    let mut pq = [vec![0u8; nb * AMX_B_TILE], vec![0u8; nb * AMX_B_TILE]];
-    let mut pd = [vec![0f32; nb * 16], vec![0f32; nb * 16]];
-    let (mut dx, mut pad, mut res) = (Vec::new(), Vec::new(), Vec::new());
-    for t0 in (0..n).step_by(chunk) {
-        let t1 = (t0 + chunk).min(n);
-        let full = (t1 - t0) / AMX_ROWS;
-        let passes = (t1 - t0).div_ceil(AMX_ROWS);
-        // Row `t` of a pass past `n` repeats the last row.
-        let at = |t: usize| t.min(n - 1);
-        dx.clear();
-        for pass in 0..passes {
-            let rows: [Q8Row<'x>; AMX_ROWS] =
-                std::array::from_fn(|m| xrow(at(t0 + AMX_ROWS * pass + m)));
-            for b in 0..nb {
-                dx.extend(rows.iter().map(|r| r.d[b]));
-            }
-        }
-        pad.clear();
-        if passes > full {
-            for m in 0..AMX_ROWS {
-                let t = at(t0 + AMX_ROWS * full + m);
-                pad.extend_from_slice(&q[t * act_rb..(t + 1) * act_rb]);
-            }
-        }
-        res.resize(passes * AMX_ROWS, [0f32; 32]);
-        let (body, tail) = res.split_at_mut(full * AMX_ROWS);
-        for i in (0..rows).step_by(32) {
-            let g = (r0 + i) / 8;
-            for (k, (pq, pd)) in pq.iter_mut().zip(&mut pd).enumerate() {
-                panel([group(g + 2 * k), group(g + 2 * k + 1)], nb, pq, pd);
-            }
-            let panels = [(&pq[0][..], &pd[0][..]), (&pq[1][..], &pd[1][..])];
-            gemm(panels, &q[t0 * act_rb..], act_rb, &dx, nb, body);
-            if !pad.is_empty() {
-                let dxt = &dx[full * nb * AMX_ROWS..];
-                gemm(panels, &pad, act_rb, dxt, nb, tail);
-            }
-            for (j, v) in body.iter().chain(tail.iter()).take(t1 - t0).enumerate() {
-                blk.row(t0 + j)[i..i + 32].copy_from_slice(v);
             }
         }
     }

@@ -80,16 +80,12 @@ pub const AMX_ROWS: usize = 32;
 /// AMX products of two panels ([`AmxPanel`]; `nb` blocks each, 32 weight
 /// rows) with `out.len() / AMX_ROWS` passes of activation rows: `out[i][r]`
 /// is weight row `r` (the first panel's 16, then the second's) times
-/// activation row `i`, whose Q8_0 blocks start at `xq[i * stride]` and
-/// whose block scales are `dx[(pass * nb + block) * AMX_ROWS + i % AMX_ROWS]`.
-pub type AmxGemm = fn(
-    panels: [(&[u8], &[f32]); 2],
-    xq: &[u8],
-    stride: usize,
-    dx: &[f32],
-    nb: usize,
-    out: &mut [[f32; 32]],
-);
+/// activation row `i`. The activations are laid out per pass and block:
+/// `xa[((pass * nb + block) * AMX_ROWS + i % AMX_ROWS) * 32..][..32]` are
+/// row `i`'s 32 quant bytes of the block and
+/// `dx[(pass * nb + block) * AMX_ROWS + i % AMX_ROWS]` its scale.
+pub type AmxGemm =
+    fn(panels: [(&[u8], &[f32]); 2], xa: &[u8], dx: &[f32], nb: usize, out: &mut [[f32; 32]]);
 
 /// Activation rows of the short sixteen-row tiles ([`X16Gemm4`]).
 pub const X4_N: usize = 4;

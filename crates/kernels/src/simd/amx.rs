@@ -161,27 +161,23 @@ panel!(panel_q8_0, panel_q8_0_impl, Q8_UNIT, prep_q8_signed, 0);
 /// See [`crate::rows::AmxGemm`].
 pub fn gemm_tiles(
     panels: [(&[u8], &[f32]); 2],
-    xq: &[u8],
-    stride: usize,
+    xa: &[u8],
     dx: &[f32],
     nb: usize,
     out: &mut [[f32; 32]],
 ) {
-    let groups = out.len() / ROWS2;
-    assert_eq!(out.len(), groups * ROWS2);
+    let passes = out.len() / ROWS2;
+    assert_eq!(out.len(), passes * ROWS2);
     for (q, d) in panels {
         assert!(q.len() >= nb * B_TILE && d.len() >= nb * 16);
     }
-    assert!(dx.len() >= groups * nb * ROWS2 && stride >= nb * 34);
-    if groups > 0 {
-        assert!(xq.len() >= (groups * ROWS2 - 1) * stride + nb * 34);
-    }
+    assert!(xa.len() >= passes * nb * ROWS2 * 32 && dx.len() >= passes * nb * ROWS2);
     let p = panels.map(|(q, d)| (q.as_ptr(), d.as_ptr()));
     for (t, o) in out.chunks_exact_mut(ROWS2).enumerate() {
-        let x = &xq[t * ROWS2 * stride..];
+        let x = &xa[t * nb * ROWS2 * 32..];
         let dxt = &dx[t * nb * ROWS2..(t + 1) * nb * ROWS2];
         // SAFETY: features detected by the kernel table; every length checked above.
-        unsafe { tiles_impl(p, x.as_ptr(), stride, dxt.as_ptr(), nb, o) };
+        unsafe { tiles_impl(p, x.as_ptr(), dxt.as_ptr(), nb, o) };
     }
 }
 
@@ -199,25 +195,19 @@ struct Sums([[[[i32; 16]; 16]; 2]; 2]);
 #[repr(C, align(64))]
 struct Acc([[f32; 32]; ROWS2]);
 
-/// The tile work of block `b`: two activation tiles (`x`, rows `stride`
-/// bytes apart) and the two panels' weight tiles, four independent
-/// `tdpbssd`, the sums stored at `c` (four 1 KiB tiles).
+/// The tile work of block `b`: two activation tiles (`x`, laid out as
+/// [`crate::rows::AmxGemm`] says) and the two panels' weight tiles, four
+/// independent `tdpbssd`, the sums stored at `c` (four 1 KiB tiles).
 ///
 /// # Safety
-/// The tiles configured by [`CONFIG`]; block `b` in every row and both
-/// panels; 4 KiB writable at `c`.
+/// The tiles configured by [`CONFIG`]; block `b` of the activations and
+/// both panels; 4 KiB writable at `c`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn tile_block(
-    p: [(*const u8, *const f32); 2],
-    x: *const u8,
-    stride: usize,
-    b: usize,
-    c: *mut u8,
-) {
+unsafe fn tile_block(p: [(*const u8, *const f32); 2], x: *const u8, b: usize, c: *mut u8) {
     // SAFETY: the caller's contract.
     unsafe {
-        let a0 = x.add(34 * b + 2);
+        let a0 = x.add(ROWS2 * 32 * b);
         asm!(
             "tileloadd tmm4, [{a0} + {sa}*1]",
             "tileloadd tmm6, [{w0} + {sw}*1]",
@@ -236,14 +226,14 @@ unsafe fn tile_block(
             "tilestored [{c2} + {sw}*1], tmm2",
             "tilestored [{c3} + {sw}*1], tmm3",
             a0 = in(reg) a0,
-            a1 = in(reg) a0.add(TILE_ROWS * stride),
+            a1 = in(reg) a0.add(TILE_ROWS * 32),
             w0 = in(reg) p[0].0.add(B_TILE * b),
             w1 = in(reg) p[1].0.add(B_TILE * b),
             c = in(reg) c,
             c1 = in(reg) c.add(1024),
             c2 = in(reg) c.add(2048),
             c3 = in(reg) c.add(3072),
-            sa = in(reg) stride,
+            sa = in(reg) 32usize,
             sw = in(reg) 64usize,
             options(nostack),
         )
@@ -254,8 +244,8 @@ unsafe fn tile_block(
 /// stored once per `KB` blocks.
 const KB: usize = 2;
 
-/// Two tiles of activation rows (`x`, rows `stride` bytes apart) against
-/// two panels: for each block, four independent `tdpbssd` (two loads of
+/// Two tiles of activation rows (`x`: one pass, laid out as
+/// [`crate::rows::AmxGemm`] says) against two panels: for each block, four independent `tdpbssd` (two loads of
 /// activations and two of weights serve all four); then, [`KB`] blocks at
 /// a time, each quarter of the accumulators is loaded into registers,
 /// takes the scaled sums of those blocks and is stored back. The next
@@ -265,13 +255,11 @@ const KB: usize = 2;
 /// # Safety
 /// The features named in `target_feature` and AMX-INT8 must be present
 /// with the tile data granted; each panel must hold `nb` B tiles and `16
-/// nb` scales, `dx` `32 nb` floats, and each of the 32 rows `x + i *
-/// stride` `nb` Q8_0 blocks of 34 bytes.
+/// nb` scales, `dx` `32 nb` floats and `x` `1024 nb` bytes.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn tiles_impl(
     p: [(*const u8, *const f32); 2],
     x: *const u8,
-    stride: usize,
     dx: *const f32,
     nb: usize,
     out: &mut [[f32; 32]],
@@ -287,7 +275,7 @@ unsafe fn tiles_impl(
         for (k, s) in sums.iter_mut().enumerate().take(nb - ch * KB) {
             // SAFETY: block `ch * KB + k < nb` exists (the caller's
             // contract); `s` is a `Sums` of 4 KiB.
-            unsafe { tile_block(p, x, stride, ch * KB + k, s.0.as_mut_ptr() as *mut u8) };
+            unsafe { tile_block(p, x, ch * KB + k, s.0.as_mut_ptr() as *mut u8) };
         }
     };
     if chunks > 0 {
@@ -349,8 +337,7 @@ mod tests {
     use rand::{Rng, SeedableRng};
 
     /// Panels and passes against the x8 reference dot of each group, on
-    /// awkward block counts, one and two passes, and a row stride longer
-    /// than a row.
+    /// awkward block counts and one and two passes.
     #[test]
     fn tiles_match_the_reference() {
         if !crate::cpu::tiers().contains(&Isa::Amx) {
@@ -385,9 +372,8 @@ mod tests {
                     panel([groups[2 * k], groups[2 * k + 1]], nb, &mut q[k], &mut d[k]);
                 }
                 for n in [32, 64] {
-                    let (row, stride) = (34 * nb, 34 * nb + 6);
+                    let row = 34 * nb;
                     let mut xq = vec![0u8; n * row];
-                    let mut strided = vec![0u8; n * stride];
                     for (i, r) in xq.chunks_exact_mut(row).enumerate() {
                         let src: Vec<f32> = (0..cols)
                             .map(|c| {
@@ -399,19 +385,20 @@ mod tests {
                             })
                             .collect();
                         quantize_q8_0_act(&src, r);
-                        strided[i * stride..i * stride + row].copy_from_slice(r);
                     }
                     let (mut xd, mut xds) = (Vec::new(), Vec::new());
                     q8_row_terms(zero_offset(ty), &xq, &mut xd, &mut xds);
-                    let dx: Vec<f32> = (0..n * nb)
-                        .map(|k| {
-                            let (m, b, p) = (k % AMX_ROWS, k / AMX_ROWS % nb, k / AMX_ROWS / nb);
-                            xd[(AMX_ROWS * p + m) * nb + b]
-                        })
-                        .collect();
+                    // Pass p, block b, row m: index (p nb + b) 32 + m.
+                    let (mut xa, mut dx) = (vec![0u8; 32 * n * nb], vec![0f32; n * nb]);
+                    for k in 0..n * nb {
+                        let (m, b, p) = (k % AMX_ROWS, k / AMX_ROWS % nb, k / AMX_ROWS / nb);
+                        let t = AMX_ROWS * p + m;
+                        dx[k] = xd[t * nb + b];
+                        xa[32 * k..32 * k + 32].copy_from_slice(&xq[t * row + 34 * b + 2..][..32]);
+                    }
                     let mut out = vec![[0f32; 32]; n];
                     let panels = [(&q[0][..], &d[0][..]), (&q[1][..], &d[1][..])];
-                    gemm(panels, &strided, stride, &dx, nb, &mut out);
+                    gemm(panels, &xa, &dx, nb, &mut out);
                     for (i, got) in out.iter().enumerate() {
                         let x = Q8Row {
                             q: &xq[i * row..(i + 1) * row],
