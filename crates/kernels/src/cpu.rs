@@ -281,6 +281,8 @@ pub struct AmxTable {
     pub q4_0: AmxPanel,
     pub q5_0: AmxPanel,
     pub q8_0: AmxPanel,
+    /// Q4_K in 32-element sub-blocks (with minimum terms; Q8_K activations).
+    pub q4_k: AmxPanel,
     pub gemm: AmxGemm,
 }
 
@@ -357,6 +359,7 @@ impl Kernels {
             GgmlType::Q4_0 => t.q4_0,
             GgmlType::Q5_0 => t.q5_0,
             GgmlType::Q8_0 => t.q8_0,
+            GgmlType::Q4K => t.q4_k,
             _ => return None,
         };
         Some((panel, t.gemm))
@@ -554,6 +557,7 @@ impl Kernels {
                         q4_0: amx::panel_q4_0,
                         q5_0: amx::panel_q5_0,
                         q8_0: amx::panel_q8_0,
+                        q4_k: crate::simd::amx_k::panel_q4_k,
                         gemm: amx::gemm_tiles,
                     }),
                     ..avx512_table(avx2)

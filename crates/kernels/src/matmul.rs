@@ -155,7 +155,16 @@ pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads
             GgmlType::IQ4XS => Some((k.iq4_xsx8, crate::quant::repack_iq4::IQ4XS_UNIT)),
             _ => None,
         };
-        if let (Some(((gemv, gemm), unit)), Some(packed)) = (k8, w.packed) {
+        let amx_k = k
+            .amx_path(w.ty)
+            .filter(|_| n >= AMX_MIN_ROWS && w.rows.is_multiple_of(32));
+        if let (Some((panel, tile)), Some(((_, _), unit)), Some(packed)) = (amx_k, k8, w.packed) {
+            let nb = w.cols / 32;
+            let acts = AmxActs::pack_q8k(&mut s.amx, &s.xq, act_rb, nb, n, qthreads);
+            par_column_blocks(out, w.rows, 32, threads, |blk| {
+                acts.rows(packed, w.cols / 256 * unit, blk, panel, tile)
+            });
+        } else if let (Some(((gemv, gemm), unit)), Some(packed)) = (k8, w.packed) {
             let xq = &s.xq;
             let xrow = |t: usize| &xq[t * act_rb..(t + 1) * act_rb];
             let group_bytes = w.cols / 256 * unit;
@@ -530,6 +539,7 @@ mod tests {
             (GgmlType::Q8_0, 32, 96),
             (GgmlType::Q5_0, 64, 64),
             (GgmlType::Q4K, 16, 512),
+            (GgmlType::Q4K, 32, 768),
             (GgmlType::Q5_0, 16, 96),
             (GgmlType::Q6K, 8, 256),
             (GgmlType::Q5K, 16, 768),

@@ -9,6 +9,7 @@
 //! not the products, bound the tiles (measured on a 2-vCPU Xeon with AMX:
 //! four `tdpbssd` 23 cycles, the four tile loads from L2 55).
 
+use crate::quant::dot::{q8k_parts, Q8_K_BYTES};
 use crate::rows::{AmxGemm, AmxPanel, AMX_B_TILE, AMX_ROWS};
 use crate::threads::{par_chunks, ColumnBlock, Threads};
 
@@ -24,14 +25,18 @@ const PASS_BLOCK: usize = AMX_ROWS * 32;
 pub(crate) struct AmxScratch {
     xa: Vec<u8>,
     dx: Vec<f32>,
+    xs: Vec<f32>,
 }
 
 /// Activations laid out for the tiles: per pass of [`AMX_ROWS`] rows and
-/// per block, the rows' 32 quant bytes one after another (`xa`) and their
-/// 32 block scales (`dx`); rows past `n` repeat the last one.
+/// per 32-element block, the rows' 32 quant bytes one after another
+/// (`xa`), their 32 block scales (`dx`) and, for weights with minimums,
+/// the sums of their quants (`xs`, else empty); rows past `n` repeat the
+/// last one.
 pub(crate) struct AmxActs<'a> {
     xa: &'a [u8],
     dx: &'a [f32],
+    xs: &'a [f32],
     nb: usize,
     n: usize,
 }
@@ -48,34 +53,75 @@ impl<'a> AmxActs<'a> {
         d: impl Fn(usize) -> &'x [f32] + Sync,
         threads: Threads,
     ) -> AmxActs<'a> {
+        let quants = |t: usize, b: usize| &q[t * act_rb + 34 * b + 2..][..32];
+        Self::lay_out(scratch, nb, n, false, threads, quants, |t, b| {
+            (d(t)[b], 0.0)
+        })
+    }
+
+    /// Lays out `n` rows of Q8_K blocks (`act_rb` bytes each in `q`: a
+    /// 256-element block is its f32 scale, 256 quants and 16 sums of 16)
+    /// as `nb` 32-element blocks with their quant sums, in `scratch`.
+    pub(crate) fn pack_q8k(
+        scratch: &'a mut AmxScratch,
+        q: &[u8],
+        act_rb: usize,
+        nb: usize,
+        n: usize,
+        threads: Threads,
+    ) -> AmxActs<'a> {
+        let block = |t: usize, b: usize| &q[t * act_rb + Q8_K_BYTES * (b / 8)..][..Q8_K_BYTES];
+        let quants = |t: usize, b: usize| &block(t, b)[4 + 32 * (b % 8)..][..32];
+        let terms = |t: usize, b: usize| {
+            let (d, _, sums) = q8k_parts(block(t, b));
+            let j = 2 * (b % 8);
+            (d, (sums[j] + sums[j + 1]) as f32)
+        };
+        Self::lay_out(scratch, nb, n, true, threads, quants, terms)
+    }
+
+    /// The layout of [`AmxActs`] from each row's and block's 32 quant
+    /// bytes and its (scale, quant sum).
+    fn lay_out<'q>(
+        scratch: &'a mut AmxScratch,
+        nb: usize,
+        n: usize,
+        sums: bool,
+        threads: Threads,
+        quants: impl Fn(usize, usize) -> &'q [u8] + Sync,
+        terms: impl Fn(usize, usize) -> (f32, f32),
+    ) -> AmxActs<'a> {
         let passes = n.div_ceil(AMX_ROWS);
         let pass_bytes = nb * PASS_BLOCK;
+        let row = |p: usize, m: usize| (AMX_ROWS * p + m).min(n - 1);
         // Every byte is rewritten below.
         scratch.xa.resize(passes * pass_bytes, 0);
-        scratch.dx.resize(passes * nb * AMX_ROWS, 0.0);
         par_chunks(&mut scratch.xa, pass_bytes, threads, |p0, piece| {
             for (p, pass) in piece.chunks_exact_mut(pass_bytes).enumerate() {
                 for m in 0..AMX_ROWS {
-                    let t = (AMX_ROWS * (p0 + p) + m).min(n - 1);
-                    let row = &q[t * act_rb..(t + 1) * act_rb];
-                    for (b, blk) in row.chunks_exact(34).take(nb).enumerate() {
+                    let t = row(p0 + p, m);
+                    for b in 0..nb {
                         let at = b * PASS_BLOCK + 32 * m;
-                        pass[at..at + 32].copy_from_slice(&blk[2..]);
+                        pass[at..at + 32].copy_from_slice(quants(t, b));
                     }
                 }
             }
         });
-        for (p, pass) in scratch.dx.chunks_exact_mut(nb * AMX_ROWS).enumerate() {
-            for m in 0..AMX_ROWS {
-                let dt = d((AMX_ROWS * p + m).min(n - 1));
-                for (b, &v) in dt.iter().take(nb).enumerate() {
-                    pass[b * AMX_ROWS + m] = v;
-                }
+        let len = passes * nb * AMX_ROWS;
+        scratch.dx.resize(len, 0.0);
+        scratch.xs.resize(if sums { len } else { 0 }, 0.0);
+        for i in 0..len {
+            let (m, b, p) = (i % AMX_ROWS, i / AMX_ROWS % nb, i / AMX_ROWS / nb);
+            let (d, s) = terms(row(p, m), b);
+            scratch.dx[i] = d;
+            if sums {
+                scratch.xs[i] = s;
             }
         }
         AmxActs {
             xa: &scratch.xa,
             dx: &scratch.dx,
+            xs: &scratch.xs,
             nb,
             n,
         }
@@ -94,26 +140,32 @@ impl<'a> AmxActs<'a> {
         panel: AmxPanel,
         gemm: AmxGemm,
     ) {
-        let AmxActs { xa, dx, nb, n } = *self;
+        let AmxActs { xa, dx, xs, nb, n } = *self;
         let (r0, width) = (blk.first(), blk.width());
         let group = |g: usize| &packed[g * group_bytes..(g + 1) * group_bytes];
         let chunk = ((1 << 20) / (nb * PASS_BLOCK)).clamp(1, 8) * AMX_ROWS;
         let mut pq = [vec![0u8; nb * AMX_B_TILE], vec![0u8; nb * AMX_B_TILE]];
         let mut pd = [vec![0f32; nb * 16], vec![0f32; nb * 16]];
+        let mins = if xs.is_empty() { 0 } else { nb * 16 };
+        let mut pm = [vec![0f32; mins], vec![0f32; mins]];
         let mut res = Vec::new();
         for t0 in (0..n).step_by(chunk) {
             let t1 = (t0 + chunk).min(n);
             let (p0, p1) = (t0 / AMX_ROWS, t1.div_ceil(AMX_ROWS));
             let xa = &xa[p0 * nb * PASS_BLOCK..p1 * nb * PASS_BLOCK];
             let dx = &dx[p0 * nb * AMX_ROWS..p1 * nb * AMX_ROWS];
+            let xs = xs
+                .get(p0 * nb * AMX_ROWS..p1 * nb * AMX_ROWS)
+                .unwrap_or(&[]);
             res.resize((p1 - p0) * AMX_ROWS, [0f32; 32]);
             for i in (0..width).step_by(32) {
                 let g = (r0 + i) / 8;
-                for (k, (pq, pd)) in pq.iter_mut().zip(&mut pd).enumerate() {
-                    panel([group(g + 2 * k), group(g + 2 * k + 1)], nb, pq, pd);
+                for k in 0..2 {
+                    let pair = [group(g + 2 * k), group(g + 2 * k + 1)];
+                    panel(pair, nb, &mut pq[k], &mut pd[k], &mut pm[k]);
                 }
-                let panels = [(&pq[0][..], &pd[0][..]), (&pq[1][..], &pd[1][..])];
-                gemm(panels, xa, dx, nb, &mut res);
+                let panels = [0, 1].map(|k| (&pq[k][..], &pd[k][..], &pm[k][..]));
+                gemm(panels, xa, dx, xs, nb, &mut res);
                 for (j, v) in res.iter().take(t1 - t0).enumerate() {
                     blk.row(t0 + j)[i..i + 32].copy_from_slice(v);
                 }

@@ -68,9 +68,14 @@ pub type X8Gemm = fn(group: &[u8], x: [Q8Row<'_>; X8_N]) -> [[f32; 8]; X8_N];
 pub type X16Gemm = fn(groups: [&[u8]; 2], x: &[Q8Row<'_>; X8_N]) -> [[f32; 16]; X8_N];
 
 /// Makes the AMX panel of two adjacent eight-row groups' first `nb`
-/// blocks (see `simd::amx`): `q` gets `nb * AMX_B_TILE` bytes of signed
-/// weights in B-tile order, `d` the 16 rows' `nb * 16` scales.
-pub type AmxPanel = fn(pair: [&[u8]; 2], nb: usize, q: &mut [u8], d: &mut [f32]);
+/// 32-element blocks (see `simd::amx`): `q` gets `nb * AMX_B_TILE` bytes
+/// of signed weights in B-tile order, `d` the 16 rows' `nb * 16` scales
+/// and, for the types with minimums (Q4_K), `m` their `nb * 16` minimum
+/// terms (other types leave `m` alone and may be given an empty one).
+pub type AmxPanel = fn(pair: [&[u8]; 2], nb: usize, q: &mut [u8], d: &mut [f32], m: &mut [f32]);
+
+/// One AMX panel: B tiles, scales, minimum terms (empty without minimums).
+pub type AmxPanelRef<'a> = (&'a [u8], &'a [f32], &'a [f32]);
 
 /// Bytes of one block's B tile in an AMX panel.
 pub const AMX_B_TILE: usize = 512;
@@ -82,10 +87,17 @@ pub const AMX_ROWS: usize = 32;
 /// is weight row `r` (the first panel's 16, then the second's) times
 /// activation row `i`. The activations are laid out per pass and block:
 /// `xa[((pass * nb + block) * AMX_ROWS + i % AMX_ROWS) * 32..][..32]` are
-/// row `i`'s 32 quant bytes of the block and
-/// `dx[(pass * nb + block) * AMX_ROWS + i % AMX_ROWS]` its scale.
-pub type AmxGemm =
-    fn(panels: [(&[u8], &[f32]); 2], xa: &[u8], dx: &[f32], nb: usize, out: &mut [[f32; 32]]);
+/// row `i`'s 32 quant bytes of the block, `dx[(pass * nb + block) *
+/// AMX_ROWS + i % AMX_ROWS]` its scale and `xs[..]` (same index; empty
+/// unless the panels have minimums) the sum of its quants.
+pub type AmxGemm = fn(
+    panels: [AmxPanelRef<'_>; 2],
+    xa: &[u8],
+    dx: &[f32],
+    xs: &[f32],
+    nb: usize,
+    out: &mut [[f32; 32]],
+);
 
 /// Activation rows of the short sixteen-row tiles ([`X16Gemm4`]).
 pub const X4_N: usize = 4;

@@ -27,7 +27,7 @@
 
 use super::avx2_x8::{Q4_UNIT, Q5_UNIT, Q8_UNIT};
 use super::avx512_x16::{join, join_f16, prep_q4, prep_q5};
-use crate::rows::AMX_B_TILE as B_TILE;
+use crate::rows::{AmxPanelRef, AMX_B_TILE as B_TILE};
 use std::arch::asm;
 use std::arch::x86_64::*;
 use std::sync::OnceLock;
@@ -100,7 +100,14 @@ static CONFIG: TileConfig = {
 /// `q` must have `B_TILE` writable bytes at `512 b`, `d` 16 floats at `16 b`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn put_block(q: *mut u8, d: *mut f32, b: usize, w: [__m512i; 8], zero: i8, dw: __m512) {
+pub(super) unsafe fn put_block(
+    q: *mut u8,
+    d: *mut f32,
+    b: usize,
+    w: [__m512i; 8],
+    zero: i8,
+    dw: __m512,
+) {
     let z = _mm512_set1_epi8(zero);
     for (k, wk) in w.into_iter().enumerate() {
         // SAFETY: the caller's contract.
@@ -116,7 +123,7 @@ unsafe fn put_block(q: *mut u8, d: *mut f32, b: usize, w: [__m512i; 8], zero: i8
 /// kernels' preparation of a block's eight B rows, and the zero point.
 macro_rules! panel {
     ($name:ident, $impl_name:ident, $unit:expr, $prep:expr, $zero:expr) => {
-        pub fn $name(pair: [&[u8]; 2], nb: usize, q: &mut [u8], d: &mut [f32]) {
+        pub fn $name(pair: [&[u8]; 2], nb: usize, q: &mut [u8], d: &mut [f32], _m: &mut [f32]) {
             assert!(pair.iter().all(|g| g.len() >= nb * $unit));
             assert!(q.len() >= nb * B_TILE && d.len() >= nb * 16);
             // SAFETY: features detected by the kernel table; lengths checked above.
@@ -160,24 +167,41 @@ panel!(panel_q8_0, panel_q8_0_impl, Q8_UNIT, prep_q8_signed, 0);
 
 /// See [`crate::rows::AmxGemm`].
 pub fn gemm_tiles(
-    panels: [(&[u8], &[f32]); 2],
+    panels: [AmxPanelRef<'_>; 2],
     xa: &[u8],
     dx: &[f32],
+    xs: &[f32],
     nb: usize,
     out: &mut [[f32; 32]],
 ) {
     let passes = out.len() / ROWS2;
     assert_eq!(out.len(), passes * ROWS2);
-    for (q, d) in panels {
+    let mins = !xs.is_empty();
+    for (q, d, m) in panels {
         assert!(q.len() >= nb * B_TILE && d.len() >= nb * 16);
+        assert!(!mins || m.len() >= nb * 16);
     }
     assert!(xa.len() >= passes * nb * ROWS2 * 32 && dx.len() >= passes * nb * ROWS2);
-    let p = panels.map(|(q, d)| (q.as_ptr(), d.as_ptr()));
+    assert!(!mins || xs.len() >= passes * nb * ROWS2);
+    let p = panels.map(|(q, d, m)| (q.as_ptr(), d.as_ptr(), m.as_ptr()));
     for (t, o) in out.chunks_exact_mut(ROWS2).enumerate() {
         let x = &xa[t * nb * ROWS2 * 32..];
-        let dxt = &dx[t * nb * ROWS2..(t + 1) * nb * ROWS2];
+        let at = t * nb * ROWS2;
         // SAFETY: features detected by the kernel table; every length checked above.
-        unsafe { tiles_impl(p, x.as_ptr(), dxt.as_ptr(), nb, o) };
+        unsafe {
+            if mins {
+                tiles_impl::<true>(
+                    p,
+                    x.as_ptr(),
+                    dx.as_ptr().add(at),
+                    xs.as_ptr().add(at),
+                    nb,
+                    o,
+                )
+            } else {
+                tiles_impl::<false>(p, x.as_ptr(), dx.as_ptr().add(at), dx.as_ptr(), nb, o)
+            }
+        };
     }
 }
 
@@ -204,7 +228,7 @@ struct Acc([[f32; 32]; ROWS2]);
 /// both panels; 4 KiB writable at `c`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn tile_block(p: [(*const u8, *const f32); 2], x: *const u8, b: usize, c: *mut u8) {
+unsafe fn tile_block(p: [Panel; 2], x: *const u8, b: usize, c: *mut u8) {
     // SAFETY: the caller's contract.
     unsafe {
         let a0 = x.add(ROWS2 * 32 * b);
@@ -240,6 +264,9 @@ unsafe fn tile_block(p: [(*const u8, *const f32); 2], x: *const u8, b: usize, c:
     };
 }
 
+/// A panel's B tiles, scales and minimum terms.
+type Panel = (*const u8, *const f32, *const f32);
+
 /// Blocks whose sums are scaled together: each accumulator is loaded and
 /// stored once per `KB` blocks.
 const KB: usize = 2;
@@ -250,17 +277,21 @@ const KB: usize = 2;
 /// a time, each quarter of the accumulators is loaded into registers,
 /// takes the scaled sums of those blocks and is stored back. The next
 /// blocks' tile work is issued before this scaling (the sums alternate
-/// between two buffers), so the two overlap.
+/// between two buffers), so the two overlap. With `MINS`, each block
+/// also takes `m * xs` off (the panels' minimum terms times the rows'
+/// quant sums) before the row scale.
 ///
 /// # Safety
 /// The features named in `target_feature` and AMX-INT8 must be present
 /// with the tile data granted; each panel must hold `nb` B tiles and `16
-/// nb` scales, `dx` `32 nb` floats and `x` `1024 nb` bytes.
+/// nb` scales (and minimum terms with `MINS`), `dx` (and `xs` with
+/// `MINS`) `32 nb` floats and `x` `1024 nb` bytes.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn tiles_impl(
-    p: [(*const u8, *const f32); 2],
+unsafe fn tiles_impl<const MINS: bool>(
+    p: [Panel; 2],
     x: *const u8,
     dx: *const f32,
+    xs: *const f32,
     nb: usize,
     out: &mut [[f32; 32]],
 ) {
@@ -299,19 +330,32 @@ unsafe fn tiles_impl(
                 std::array::from_fn(|m| unsafe { _mm512_loadu_ps(rows[m].as_ptr().add(16 * pj)) });
             for (k, s) in cur.iter().enumerate().take(kb) {
                 let b = ch * KB + k;
-                // SAFETY: block `b < nb` of the panel's scales and of `dx`.
-                let (dw, dxb) = unsafe {
+                let at = ROWS2 * b + TILE_ROWS * ti;
+                // SAFETY: block `b < nb` of the panel's scales (and minimum
+                // terms with `MINS`) and of `dx` (and `xs`).
+                let (dw, mw, dxb, xsb) = unsafe {
+                    let mw = if MINS {
+                        _mm512_loadu_ps(p[pj].2.add(16 * b))
+                    } else {
+                        _mm512_setzero_ps()
+                    };
                     (
                         _mm512_loadu_ps(p[pj].1.add(16 * b)),
-                        dx.add(ROWS2 * b + TILE_ROWS * ti),
+                        mw,
+                        dx.add(at),
+                        xs.add(at),
                     )
                 };
                 for (m, am) in a.iter_mut().enumerate() {
                     let sum = &s.0[ti][pj][m];
-                    // SAFETY: a 64-byte aligned row of `s`; `dxb` has 16 floats.
+                    // SAFETY: a 64-byte aligned row of `s`; `dxb` (and `xsb`
+                    // with `MINS`) has 16 floats.
                     unsafe {
                         let f = _mm512_cvtepi32_ps(_mm512_load_si512(sum.as_ptr() as *const _));
-                        let f = _mm512_mul_ps(f, dw);
+                        let mut f = _mm512_mul_ps(f, dw);
+                        if MINS {
+                            f = _mm512_fnmadd_ps(mw, _mm512_set1_ps(*xsb.add(m)), f);
+                        }
                         *am = _mm512_fmadd_ps(f, _mm512_set1_ps(*dxb.add(m)), *am);
                     }
                 }
@@ -369,7 +413,13 @@ mod tests {
                 let mut q = [vec![0u8; nb * AMX_B_TILE], vec![0u8; nb * AMX_B_TILE]];
                 let mut d = [vec![0f32; nb * 16], vec![0f32; nb * 16]];
                 for k in 0..2 {
-                    panel([groups[2 * k], groups[2 * k + 1]], nb, &mut q[k], &mut d[k]);
+                    panel(
+                        [groups[2 * k], groups[2 * k + 1]],
+                        nb,
+                        &mut q[k],
+                        &mut d[k],
+                        &mut [],
+                    );
                 }
                 for n in [32, 64] {
                     let row = 34 * nb;
@@ -397,8 +447,11 @@ mod tests {
                         xa[32 * k..32 * k + 32].copy_from_slice(&xq[t * row + 34 * b + 2..][..32]);
                     }
                     let mut out = vec![[0f32; 32]; n];
-                    let panels = [(&q[0][..], &d[0][..]), (&q[1][..], &d[1][..])];
-                    gemm(panels, &xa, &dx, nb, &mut out);
+                    let panels = [
+                        (&q[0][..], &d[0][..], &[][..]),
+                        (&q[1][..], &d[1][..], &[][..]),
+                    ];
+                    gemm(panels, &xa, &dx, &[], nb, &mut out);
                     for (i, got) in out.iter().enumerate() {
                         let x = Q8Row {
                             q: &xq[i * row..(i + 1) * row],
