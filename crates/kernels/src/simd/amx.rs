@@ -143,6 +143,11 @@ macro_rules! panel {
                         pair[1].as_ptr().add(b * $unit),
                     )
                 };
+                // Two streams the hardware prefetcher does not follow far enough.
+                for u in [ua, ub] {
+                    super::prefetch_ahead(u, $unit);
+                    super::prefetch_far(u, $unit, super::far_distance($unit, 256));
+                }
                 // SAFETY: a unit starts with its eight rows' f16 scales.
                 let dw = unsafe { join_f16(ua, ub, 0) };
                 let w = $prep(ua, ub);

@@ -67,6 +67,9 @@ unsafe fn panel_q4_k_impl(
                 pair[1].as_ptr().add(blk * Q4K_UNIT),
             )
         };
+        for u in [ua, ub] {
+            super::prefetch_far(u, Q4K_UNIT, super::far_distance(Q4K_UNIT, 2048));
+        }
         // SAFETY: a unit starts with the rows' d and dmin (f16), then the
         // sub-block scales and minimums as bytes, then the quants.
         let (dw, dmin) = unsafe { (join_f16(ua, ub, 0), join_f16(ua, ub, 16)) };
