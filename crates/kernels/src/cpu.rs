@@ -281,8 +281,10 @@ pub struct AmxTable {
     pub q4_0: AmxPanel,
     pub q5_0: AmxPanel,
     pub q8_0: AmxPanel,
-    /// Q4_K in 32-element sub-blocks (with minimum terms; Q8_K activations).
+    /// Q4_K and Q5_K in 32-element sub-blocks (with minimum terms; Q8_K
+    /// activations).
     pub q4_k: AmxPanel,
+    pub q5_k: AmxPanel,
     pub gemm: AmxGemm,
 }
 
@@ -360,6 +362,7 @@ impl Kernels {
             GgmlType::Q5_0 => t.q5_0,
             GgmlType::Q8_0 => t.q8_0,
             GgmlType::Q4K => t.q4_k,
+            GgmlType::Q5K => t.q5_k,
             _ => return None,
         };
         Some((panel, t.gemm))
@@ -558,6 +561,7 @@ impl Kernels {
                         q5_0: amx::panel_q5_0,
                         q8_0: amx::panel_q8_0,
                         q4_k: crate::simd::amx_k::panel_q4_k,
+                        q5_k: crate::simd::amx_k::panel_q5_k,
                         gemm: amx::gemm_tiles,
                     }),
                     ..avx512_table(avx2)

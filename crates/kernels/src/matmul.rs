@@ -543,6 +543,7 @@ mod tests {
             (GgmlType::Q5_0, 16, 96),
             (GgmlType::Q6K, 8, 256),
             (GgmlType::Q5K, 16, 768),
+            (GgmlType::Q5K, 32, 512),
             (GgmlType::Q4_1, 16, 96),
             (GgmlType::Q5_1, 24, 576),
         ] {
