@@ -199,7 +199,7 @@ pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads
                 .amx_path(w.ty)
                 .filter(|_| n >= AMX_MIN_ROWS && w.rows.is_multiple_of(32));
             if let (Some(packed), Some((panel, tile)), Some(unit)) = (w.packed, amx, x8.2) {
-                let acts = AmxActs::pack(&mut s.amx, q, act_rb, nb, n, |t| xrow(t).d, qthreads);
+                let acts = AmxActs::pack(&mut s.amx, q, act_rb, nb, n, xrow, qthreads);
                 par_column_blocks(out, w.rows, 32, threads, |blk| {
                     acts.rows(packed, nb * unit, blk, panel, tile)
                 });

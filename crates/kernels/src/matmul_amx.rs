@@ -10,7 +10,7 @@
 //! four `tdpbssd` 23 cycles, the four tile loads from L2 55).
 
 use crate::quant::dot::{q8k_parts, Q8_K_BYTES};
-use crate::rows::{AmxGemm, AmxPanel, AMX_B_TILE, AMX_ROWS};
+use crate::rows::{AmxGemm, AmxPanel, Q8Row, AMX_B_TILE, AMX_ROWS};
 use crate::threads::{par_chunks, ColumnBlock, Threads};
 
 /// Activation rows from which the AMX tiles take a product (a pass has
@@ -34,33 +34,38 @@ pub(crate) struct AmxScratch {
 
 /// Activations laid out for the tiles: per pass of [`AMX_ROWS`] rows and
 /// per 32-element block, the rows' 32 quant bytes one after another
-/// (`xa`), their 32 block scales (`dx`) and, for weights with minimums,
-/// the sums of their quants (`xs`, else empty); rows past `n` repeat the
-/// last one.
+/// (`xa`), their 32 block scales (`dx`) and a term each (`xs`): for
+/// weights with minimums (`mins`) the sums of their quants, else the x16
+/// kernels' offset terms `8 ds` (see [`crate::rows::Q8Row`]); rows past
+/// `n` repeat the last one.
 pub(crate) struct AmxActs<'a> {
     xa: &'a [u8],
     dx: &'a [f32],
     xs: &'a [f32],
+    mins: bool,
     nb: usize,
     n: usize,
 }
 
 impl<'a> AmxActs<'a> {
     /// Lays out `n` rows of `nb` Q8_0 blocks (`act_rb` bytes each in `q`;
-    /// row `t`'s block scales `d(t)`) in `scratch`.
+    /// row `t`'s block terms `x(t)`, made for the tier's zero offset of
+    /// the weight type) in `scratch`.
     pub(crate) fn pack<'x>(
         scratch: &'a mut AmxScratch,
         q: &[u8],
         act_rb: usize,
         nb: usize,
         n: usize,
-        d: impl Fn(usize) -> &'x [f32] + Sync,
+        x: impl Fn(usize) -> Q8Row<'x> + Sync,
         threads: Threads,
     ) -> AmxActs<'a> {
         let quants = |t: usize, b: usize| &q[t * act_rb + 34 * b + 2..][..32];
-        Self::lay_out(scratch, nb, n, false, threads, quants, |t, b| {
-            (d(t)[b], 0.0)
-        })
+        let terms = |t: usize, b: usize| {
+            let r = x(t);
+            (r.d[b], 8.0 * r.ds[b])
+        };
+        Self::lay_out(scratch, nb, n, false, threads, quants, terms)
     }
 
     /// Lays out `n` rows of Q8_K blocks (`act_rb` bytes each in `q`: a
@@ -85,12 +90,12 @@ impl<'a> AmxActs<'a> {
     }
 
     /// The layout of [`AmxActs`] from each row's and block's 32 quant
-    /// bytes and its (scale, quant sum).
+    /// bytes and its (scale, term).
     fn lay_out<'q>(
         scratch: &'a mut AmxScratch,
         nb: usize,
         n: usize,
-        sums: bool,
+        mins: bool,
         threads: Threads,
         quants: impl Fn(usize, usize) -> &'q [u8] + Sync,
         terms: impl Fn(usize, usize) -> (f32, f32),
@@ -113,19 +118,16 @@ impl<'a> AmxActs<'a> {
         });
         let len = passes * nb * AMX_ROWS;
         scratch.dx.resize(len, 0.0);
-        scratch.xs.resize(if sums { len } else { 0 }, 0.0);
+        scratch.xs.resize(len, 0.0);
         for i in 0..len {
             let (m, b, p) = (i % AMX_ROWS, i / AMX_ROWS % nb, i / AMX_ROWS / nb);
-            let (d, s) = terms(row(p, m), b);
-            scratch.dx[i] = d;
-            if sums {
-                scratch.xs[i] = s;
-            }
+            (scratch.dx[i], scratch.xs[i]) = terms(row(p, m), b);
         }
         AmxActs {
             xa: &scratch.xa,
             dx: &scratch.dx,
             xs: &scratch.xs,
+            mins,
             nb,
             n,
         }
@@ -144,13 +146,20 @@ impl<'a> AmxActs<'a> {
         panel: AmxPanel,
         gemm: AmxGemm,
     ) {
-        let AmxActs { xa, dx, xs, nb, n } = *self;
+        let AmxActs {
+            xa,
+            dx,
+            xs,
+            mins,
+            nb,
+            n,
+        } = *self;
         let (r0, width) = (blk.first(), blk.width());
         let group = |g: usize| &packed[g * group_bytes..(g + 1) * group_bytes];
         let chunk = ((1 << 20) / (nb * PASS_BLOCK)).clamp(1, 8) * AMX_ROWS;
         let mut pq = [vec![0u8; nb * AMX_B_TILE], vec![0u8; nb * AMX_B_TILE]];
         let mut pd = [vec![0f32; nb * 16], vec![0f32; nb * 16]];
-        let mins = if xs.is_empty() { 0 } else { nb * 16 };
+        let mins = if mins { nb * 16 } else { 0 };
         let mut pm = [vec![0f32; mins], vec![0f32; mins]];
         let mut res = Vec::new();
         for t0 in (0..n).step_by(chunk) {
@@ -158,9 +167,7 @@ impl<'a> AmxActs<'a> {
             let (p0, p1) = (t0 / AMX_ROWS, t1.div_ceil(AMX_ROWS));
             let xa = &xa[p0 * nb * PASS_BLOCK..p1 * nb * PASS_BLOCK];
             let dx = &dx[p0 * nb * AMX_ROWS..p1 * nb * AMX_ROWS];
-            let xs = xs
-                .get(p0 * nb * AMX_ROWS..p1 * nb * AMX_ROWS)
-                .unwrap_or(&[]);
+            let xs = &xs[p0 * nb * AMX_ROWS..p1 * nb * AMX_ROWS];
             res.resize((p1 - p0) * AMX_ROWS, [0f32; 32]);
             for i in (0..width).step_by(32) {
                 let g = (r0 + i) / 8;

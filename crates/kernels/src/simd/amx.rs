@@ -93,8 +93,8 @@ static CONFIG: TileConfig = {
     TileConfig(c)
 };
 
-/// Writes a panel's block `b` from the eight B rows `w` (unsigned values
-/// with `zero` subtracted, or signed with `zero` 0) and the scales `dw`.
+/// Writes a panel's block `b` from the eight B rows `w` less `zero`
+/// (wrapping: the tiles read them unsigned) and the scales `dw`.
 ///
 /// # Safety
 /// `q` must have `B_TILE` writable bytes at `512 b`, `d` 16 floats at `16 b`.
@@ -158,7 +158,8 @@ macro_rules! panel {
     };
 }
 
-/// Q8_0's B rows are its units' quant bytes as they are.
+/// Q8_0's B rows are its units' quant bytes (made unsigned by the panel's
+/// zero point -128: `w ^ 0x80 = w + 128`, as the x16 kernels do).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn prep_q8_signed(a: *const u8, b: *const u8) -> [__m512i; 8] {
@@ -166,9 +167,9 @@ fn prep_q8_signed(a: *const u8, b: *const u8) -> [__m512i; 8] {
     std::array::from_fn(|k| unsafe { join(a, b, 16 + 32 * k) })
 }
 
-panel!(panel_q4_0, panel_q4_0_impl, Q4_UNIT, prep_q4::<16>, 8);
-panel!(panel_q5_0, panel_q5_0_impl, Q5_UNIT, prep_q5::<16>, 16);
-panel!(panel_q8_0, panel_q8_0_impl, Q8_UNIT, prep_q8_signed, 0);
+panel!(panel_q4_0, panel_q4_0_impl, Q4_UNIT, prep_q4::<16>, 0);
+panel!(panel_q5_0, panel_q5_0_impl, Q5_UNIT, prep_q5::<16>, 0);
+panel!(panel_q8_0, panel_q8_0_impl, Q8_UNIT, prep_q8_signed, -128);
 
 /// See [`crate::rows::AmxGemm`].
 pub fn gemm_tiles(
@@ -181,13 +182,13 @@ pub fn gemm_tiles(
 ) {
     let passes = out.len() / ROWS2;
     assert_eq!(out.len(), passes * ROWS2);
-    let mins = !xs.is_empty();
+    let mins = !panels[0].2.is_empty();
     for (q, d, m) in panels {
         assert!(q.len() >= nb * B_TILE && d.len() >= nb * 16);
         assert!(!mins || m.len() >= nb * 16);
     }
-    assert!(xa.len() >= passes * nb * ROWS2 * 32 && dx.len() >= passes * nb * ROWS2);
-    assert!(!mins || xs.len() >= passes * nb * ROWS2);
+    let terms = passes * nb * ROWS2;
+    assert!(xa.len() >= terms * 32 && dx.len() >= terms && xs.len() >= terms);
     let p = panels.map(|(q, d, m)| (q.as_ptr(), d.as_ptr(), m.as_ptr()));
     for (t, o) in out.chunks_exact_mut(ROWS2).enumerate() {
         let x = &xa[t * nb * ROWS2 * 32..];
@@ -204,7 +205,14 @@ pub fn gemm_tiles(
                     o,
                 )
             } else {
-                tiles_impl::<false>(p, x.as_ptr(), dx.as_ptr().add(at), dx.as_ptr(), nb, o)
+                tiles_impl::<false>(
+                    p,
+                    x.as_ptr(),
+                    dx.as_ptr().add(at),
+                    xs.as_ptr().add(at),
+                    nb,
+                    o,
+                )
             }
         };
     }
@@ -246,10 +254,10 @@ unsafe fn tile_block(p: [Panel; 2], x: *const u8, b: usize, c: *mut u8) {
             "tilezero tmm1",
             "tilezero tmm2",
             "tilezero tmm3",
-            "tdpbssd tmm0, tmm4, tmm6",
-            "tdpbssd tmm1, tmm4, tmm7",
-            "tdpbssd tmm2, tmm5, tmm6",
-            "tdpbssd tmm3, tmm5, tmm7",
+            "tdpbsud tmm0, tmm4, tmm6",
+            "tdpbsud tmm1, tmm4, tmm7",
+            "tdpbsud tmm2, tmm5, tmm6",
+            "tdpbsud tmm3, tmm5, tmm7",
             "tilestored [{c} + {sw}*1], tmm0",
             "tilestored [{c1} + {sw}*1], tmm1",
             "tilestored [{c2} + {sw}*1], tmm2",
@@ -282,9 +290,10 @@ const KB: usize = 2;
 /// a time, each quarter of the accumulators is loaded into registers,
 /// takes the scaled sums of those blocks and is stored back. The next
 /// blocks' tile work is issued before this scaling (the sums alternate
-/// between two buffers), so the two overlap. With `MINS`, each block
-/// also takes `m * xs` off (the panels' minimum terms times the rows'
-/// quant sums) before the row scale.
+/// between two buffers), so the two overlap. Without `MINS` a block adds
+/// `dw * (dx * sum + xs)` (`xs` the rows' offset terms), exactly as the
+/// x16 kernels do; with `MINS`, `dx * (dw * sum - m * xs)` (`m` the
+/// panels' minimum terms, `xs` the rows' quant sums).
 ///
 /// # Safety
 /// The features named in `target_feature` and AMX-INT8 must be present
@@ -357,11 +366,15 @@ unsafe fn tiles_impl<const MINS: bool>(
                     // with `MINS`) has 16 floats.
                     unsafe {
                         let f = _mm512_cvtepi32_ps(_mm512_load_si512(sum.as_ptr() as *const _));
-                        let mut f = _mm512_mul_ps(f, dw);
+                        let (dxm, xsm) = (_mm512_set1_ps(*dxb.add(m)), _mm512_set1_ps(*xsb.add(m)));
                         if MINS {
-                            f = _mm512_fnmadd_ps(mw, _mm512_set1_ps(*xsb.add(m)), f);
+                            let f = _mm512_fnmadd_ps(mw, xsm, _mm512_mul_ps(f, dw));
+                            *am = _mm512_fmadd_ps(f, dxm, *am);
+                        } else {
+                            // The x16 kernels' two roundings, in their order:
+                            // a row's result does not depend on its batch.
+                            *am = _mm512_fmadd_ps(dw, _mm512_fmadd_ps(dxm, f, xsm), *am);
                         }
-                        *am = _mm512_fmadd_ps(f, _mm512_set1_ps(*dxb.add(m)), *am);
                     }
                 }
             }
@@ -382,7 +395,7 @@ mod tests {
     use crate::quant::dot::quantize_q8_0_act;
     use crate::quant::repack::{dot_q4_0x8, dot_q5_0x8, dot_q8_0x8, repack_x8};
     use crate::quant::{quantize_row, GgmlType};
-    use crate::rows::{q8_row_terms, zero_offset, Q8Row, AMX_B_TILE, AMX_ROWS};
+    use crate::rows::{q8_row_terms, zero_offset, Q8Row, AMX_B_TILE, AMX_ROWS, X8_N};
     use rand::{Rng, SeedableRng};
 
     /// Panels and passes against the x8 reference dot of each group, on
@@ -443,12 +456,16 @@ mod tests {
                     }
                     let (mut xd, mut xds) = (Vec::new(), Vec::new());
                     q8_row_terms(zero_offset(ty), &xq, &mut xd, &mut xds);
+                    // The terms the tier's x16 kernels take.
+                    let (mut td, mut tds) = (Vec::new(), Vec::new());
+                    q8_row_terms(table.x8_zero_offset(ty), &xq, &mut td, &mut tds);
                     // Pass p, block b, row m: index (p nb + b) 32 + m.
                     let (mut xa, mut dx) = (vec![0u8; 32 * n * nb], vec![0f32; n * nb]);
+                    let mut xs = vec![0f32; n * nb];
                     for k in 0..n * nb {
                         let (m, b, p) = (k % AMX_ROWS, k / AMX_ROWS % nb, k / AMX_ROWS / nb);
                         let t = AMX_ROWS * p + m;
-                        dx[k] = xd[t * nb + b];
+                        (dx[k], xs[k]) = (td[t * nb + b], 8.0 * tds[t * nb + b]);
                         xa[32 * k..32 * k + 32].copy_from_slice(&xq[t * row + 34 * b + 2..][..32]);
                     }
                     let mut out = vec![[0f32; 32]; n];
@@ -456,7 +473,31 @@ mod tests {
                         (&q[0][..], &d[0][..], &[][..]),
                         (&q[1][..], &d[1][..], &[][..]),
                     ];
-                    gemm(panels, &xa, &dx, &[], nb, &mut out);
+                    gemm(panels, &xa, &dx, &xs, nb, &mut out);
+                    // Bit for bit what the x16 kernels give each row, so a
+                    // row's result does not depend on the rows beside it.
+                    let x16 = table.x16_path(ty).unwrap();
+                    for (set, rows) in out.chunks_exact(X8_N).enumerate() {
+                        let xr: [Q8Row<'_>; X8_N] = std::array::from_fn(|j| {
+                            let i = X8_N * set + j;
+                            Q8Row {
+                                q: &xq[i * row..(i + 1) * row],
+                                d: &td[i * nb..(i + 1) * nb],
+                                ds: &tds[i * nb..(i + 1) * nb],
+                            }
+                        });
+                        for k in 0..2 {
+                            let want = x16([groups[2 * k], groups[2 * k + 1]], &xr);
+                            for (j, w) in want.iter().enumerate() {
+                                let got = &rows[j][16 * k..16 * k + 16];
+                                assert!(
+                                    got.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits()),
+                                    "{ty} nb {nb}: row {} differs from the x16 kernel",
+                                    X8_N * set + j
+                                );
+                            }
+                        }
+                    }
                     for (i, got) in out.iter().enumerate() {
                         let x = Q8Row {
                             q: &xq[i * row..(i + 1) * row],

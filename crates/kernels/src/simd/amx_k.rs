@@ -3,12 +3,11 @@
 //! so the tiles and their scaling are those of the 32-element types.
 //!
 //! A Q4_K weight is `d * sc * q - dmin * m` with `q` in 0..16 and a 6-bit
-//! scale `sc` and minimum `m` per sub-block. The panel stores `q - 8`
-//! (signed, for `tdpbssd`), the scale `d * sc` and the minimum term
-//! `dmin * m - 8 * d * sc`, which the tiles multiply by the activation
-//! row's quant sum of the sub-block: `sum(w x) = d sc sum((q - 8) x) -
-//! (dmin m - 8 d sc) sum(x)`. Q5_K is the same with `q` in 0..32 (its
-//! fifth bits ORed in at bit 4) and 16 for 8.
+//! scale `sc` and minimum `m` per sub-block. The panel stores `q`
+//! (unsigned, for `tdpbsud`), the scale `d * sc` and the minimum term
+//! `dmin * m`, which the tiles multiply by the activation row's quant sum
+//! of the sub-block: `sum(w x) = d sc sum(q x) - dmin m sum(x)`. Q5_K is
+//! the same with `q` in 0..32 (its fifth bits ORed in at bit 4).
 //!
 //! Reached only through [`crate::cpu::Kernels::amx`] (see
 //! [`super::amx`]'s safety condition).
@@ -78,7 +77,6 @@ unsafe fn panel_k_impl<const FIVE: bool>(
 ) {
     let (m4, one) = (_mm512_set1_epi8(0x0f), _mm512_set1_epi8(1));
     let unit = if FIVE { Q5K_UNIT } else { Q4K_UNIT };
-    let zero: i8 = if FIVE { 16 } else { 8 };
     for blk in 0..blocks {
         // SAFETY: unit `blk < blocks` of both groups (checked by the caller).
         let (ua, ub) = unsafe {
@@ -97,7 +95,7 @@ unsafe fn panel_k_impl<const FIVE: bool>(
             // SAFETY: as above.
             let (sc, mn) = unsafe { (join_u8(ua, ub, 32 + 8 * sb), join_u8(ua, ub, 96 + 8 * sb)) };
             let scale = _mm512_mul_ps(dw, sc);
-            let min = _mm512_fmsub_ps(dmin, mn, _mm512_mul_ps(_mm512_set1_ps(zero as f32), scale));
+            let min = _mm512_mul_ps(dmin, mn);
             let (chunk, high) = (sb / 2, sb % 2 == 1);
             let w: [__m512i; 8] = std::array::from_fn(|k| {
                 // SAFETY: chunk `sb / 2` of the unit's quants.
@@ -116,7 +114,7 @@ unsafe fn panel_k_impl<const FIVE: bool>(
             let b = 8 * blk + sb;
             // SAFETY: panel block `b < 8 blocks` (checked by the caller).
             unsafe {
-                put_block(q.as_mut_ptr(), d.as_mut_ptr(), b, w, zero, scale);
+                put_block(q.as_mut_ptr(), d.as_mut_ptr(), b, w, 0, scale);
                 _mm512_storeu_ps(m.as_mut_ptr().add(16 * b), min);
             }
         }
