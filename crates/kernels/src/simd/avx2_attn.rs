@@ -79,9 +79,13 @@ pub fn attend_tile_avx512(
                 super::avx512_attn::tile_q8k(v, k, q, t, g, n, s, o, l)
             },
             // SAFETY: as for the arm above.
+            // Chosen by the query heads per KV head, not by the tile's
+            // rows: a row's scores must not depend on how many tokens
+            // share its tile (a decode step against the same row in a
+            // speculative verification pass or a prefill), since the two
+            // kernels round differently.
             KvRows::F16(k)
-                if v.kv.head_dim.is_multiple_of(16)
-                    && t * g >= super::avx512_scores_f16::MIN_ROWS =>
+                if v.kv.head_dim.is_multiple_of(16) && g >= super::avx512_scores_f16::MIN_ROWS =>
             unsafe { super::avx512_scores_f16::tile_f16k(v, k, q, t, g, n, s, o, l) },
             // SAFETY: as for the arm above.
             _ => unsafe { tile_impl_avx512(v, q, t, g, n, s, o, l) },

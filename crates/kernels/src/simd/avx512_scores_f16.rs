@@ -20,7 +20,7 @@ use std::arch::x86_64::*;
 
 /// Cache rows per pass (the lanes of a 512-bit register).
 const LANES: usize = 2 * ROWS;
-/// Query rows a tile needs for this kernel: the transposes are paid once
+/// Query heads per KV head this kernel is chosen from: the transposes are paid once
 /// per pass for all of them (`attn_decode`, one thread, heads of 64 and
 /// 128: a tile of eight rows took 12-15% less time than with the AVX2
 /// tile's scores, four the same, two 18% more, one 23% more).
@@ -29,8 +29,10 @@ pub(super) const MIN_ROWS: usize = 8;
 const MAX_HEAD_DIM: usize = 256;
 
 /// The AVX-512 tile over an f16 K cache whose heads are multiples of 16
-/// values, for tiles of at least [`MIN_ROWS`] query rows (decode with
-/// grouped-query heads, prefill): its scores as the module says, then
+/// values, for KV heads shared by at least [`MIN_ROWS`] query heads
+/// (chosen by the group, not the tile's rows, so a row's scores are the
+/// same in decode, verification and prefill): its scores as the module
+/// says, then
 /// [`super::avx512_attn_f16::finish_tile`].
 ///
 /// # Safety

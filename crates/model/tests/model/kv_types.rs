@@ -22,7 +22,7 @@ const PROMPTS: [&str; 4] = [
     "Blessed are the poor in spirit:",
 ];
 
-fn default_model() -> LoadedModel {
+pub(crate) fn default_model() -> LoadedModel {
     let path =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../cli/assets/hasten-default.gguf");
     load(&path).unwrap()

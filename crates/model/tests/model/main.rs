@@ -353,6 +353,7 @@ mod embed;
 mod kv_types;
 mod llama_cpp;
 mod perplexity;
+mod verify;
 
 /// A checkpoint directory split in two shards, with tokenizer.json and a
 /// chat template in tokenizer_config.json, loads through `loader::load` and
