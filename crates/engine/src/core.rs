@@ -15,7 +15,7 @@
 //! do not change greedy outputs.
 
 use crate::blocks::{chain_hash, Block, BlockPool, ChainHash};
-use crate::cost::CostModel;
+use crate::cost::{CostModel, RowCosts};
 use crate::forecast::{Calibration, OutputLength, Work};
 use crate::metrics::Metrics;
 use crate::request::{Event, Finish, FinishReason, Request, Timing};
@@ -188,6 +188,9 @@ pub struct Core {
     /// and its last fit with enough spread: what a drafted row costs.
     decode_cost: CostModel,
     decode_fit: Option<(f64, f64)>,
+    /// The same steps' time by row count ([`Core::keep_drafts`] weighs a
+    /// step's drafts with it).
+    row_costs: RowCosts,
     metrics: Arc<Mutex<Metrics>>,
     shared: Arc<Shared>,
     /// Start of every hash chain: distinguishes models sharing a process.
@@ -211,6 +214,9 @@ pub struct Core {
     /// The windowed pool's disk tier (with a disk tier and a windowed pool).
     local_disk: Option<crate::disk::DiskTier>,
     model_prior: speculate::ModelPrior,
+    /// The same for prompt-lookup drafts: the share a sequence with no
+    /// verified draft yet is taken at ([`Core::keep_paying_drafts`]).
+    lookup_prior: speculate::ModelPrior,
 }
 
 impl Core {
@@ -268,6 +274,7 @@ impl Core {
             local_disk: None,
             draft_time: Duration::ZERO,
             model_prior: speculate::ModelPrior::default(),
+            lookup_prior: speculate::ModelPrior::optimistic(),
             masks: cfg
                 .mask_thread
                 .then(crate::constraint::MaskWorker::spawn)
@@ -282,6 +289,7 @@ impl Core {
             cost: CostModel::default(),
             decode_cost: CostModel::default(),
             decode_fit: None,
+            row_costs: RowCosts::default(),
             metrics,
             shared,
             seed,
@@ -372,6 +380,7 @@ impl Core {
             if plan.iter().all(|c| c.len == 1 + c.draft) {
                 let took = took.saturating_sub(draft_time);
                 self.decode_cost.observe(tokens, took);
+                self.row_costs.observe(tokens, took);
                 self.decode_fit = self.decode_cost.regress(0.01).or(self.decode_fit);
             }
             let mut m = self.metrics.lock().unwrap_or_else(|p| p.into_inner());
@@ -745,9 +754,12 @@ impl Core {
                 if let Some(reason) = v.verify(s, c.draft, rows, now) {
                     done.push((c.seq, reason));
                 }
-                if by_model {
-                    self.model_prior.observe(c.draft, s.accepted - before);
-                }
+                let prior = if by_model {
+                    &mut self.model_prior
+                } else {
+                    &mut self.lookup_prior
+                };
+                prior.observe(c.draft, s.accepted - before);
                 continue;
             }
             let s = &mut self.running[c.seq];

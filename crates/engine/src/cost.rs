@@ -2,7 +2,10 @@
 //! by least squares with exponential forgetting over recent steps. The
 //! scheduler sizes prefill chunks from it so running streams keep their
 //! inter-token latency target, and the server's `Retry-After` and the
-//! deadline check come from it.
+//! deadline check come from it. [`RowCosts`] keeps what a decode step
+//! of each row count took, which a line misses: the batched kernels work
+//! in tiles of rows, so a row that opens a new tile costs a pass over the
+//! weights and one inside a tile nearly nothing.
 
 use std::time::Duration;
 
@@ -81,6 +84,56 @@ impl CostModel {
     }
 }
 
+/// Recent step time of decode steps by their row count (sequences plus
+/// drafted tokens), up to [`RowCosts::MAX_ROWS`]: a moving average per
+/// count, trusted while it was seen within [`RowCosts::FRESH`] steps (the
+/// cost of a count drifts as contexts grow).
+#[derive(Debug, Clone)]
+pub struct RowCosts {
+    /// Per row count: (moving average of seconds, the step it was last seen).
+    seen: Vec<Option<(f64, u64)>>,
+    steps: u64,
+}
+
+impl Default for RowCosts {
+    fn default() -> Self {
+        RowCosts {
+            seen: vec![None; Self::MAX_ROWS + 1],
+            steps: 0,
+        }
+    }
+}
+
+impl RowCosts {
+    /// Largest row count kept.
+    pub const MAX_ROWS: usize = 128;
+    /// Steps after which a count's average is no longer used.
+    pub const FRESH: u64 = 500;
+    /// Weight of the latest step in a count's average.
+    const WEIGHT: f64 = 0.25;
+
+    pub fn observe(&mut self, rows: usize, took: Duration) {
+        self.steps += 1;
+        let y = took.as_secs_f64();
+        if let Some(e) = self.seen.get_mut(rows) {
+            let mean = match *e {
+                Some((m, at)) if self.steps - at <= Self::FRESH => m + Self::WEIGHT * (y - m),
+                _ => y,
+            };
+            *e = Some((mean, self.steps));
+        }
+    }
+
+    /// Seconds a decode step of `rows` rows takes: the recent average for
+    /// that count, else `fit` (`a + b * rows`), else None.
+    pub fn cost(&self, rows: usize, fit: Option<(f64, f64)>) -> Option<f64> {
+        match self.seen.get(rows).copied().flatten() {
+            Some((m, at)) if self.steps - at <= Self::FRESH => Some(m),
+            _ => fit.map(|(a, b)| a + b * rows as f64),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,5 +173,29 @@ mod tests {
             (a - 0.002).abs() < 2e-4 && (b - 0.001).abs() < 1e-4,
             "{a} {b}"
         );
+    }
+
+    #[test]
+    fn row_costs_keep_steps_a_line_misses() {
+        let mut r = RowCosts::default();
+        let line = Some((0.010, 0.001));
+        assert_eq!(r.cost(9, None), None);
+        assert!((r.cost(9, line).unwrap() - 0.019).abs() < 1e-12);
+        // Tiles of eight rows: 9 rows cost a second pass.
+        for _ in 0..20 {
+            r.observe(8, Duration::from_millis(20));
+            r.observe(9, Duration::from_millis(32));
+        }
+        assert!((r.cost(8, line).unwrap() - 0.020).abs() < 1e-9);
+        assert!((r.cost(9, line).unwrap() - 0.032).abs() < 1e-9);
+        // A count not seen for long falls back to the line.
+        for _ in 0..=RowCosts::FRESH {
+            r.observe(8, Duration::from_millis(20));
+        }
+        assert!((r.cost(9, line).unwrap() - 0.019).abs() < 1e-12);
+        assert!((r.cost(8, line).unwrap() - 0.020).abs() < 1e-9);
+        // Counts past the table are the line's.
+        r.observe(RowCosts::MAX_ROWS + 1, Duration::from_secs(1));
+        assert!(r.cost(RowCosts::MAX_ROWS + 1, None).is_none());
     }
 }

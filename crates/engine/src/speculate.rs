@@ -45,8 +45,9 @@ pub(super) struct DraftLen {
     model_tried: bool,
 }
 
-/// How the draft model's drafts have fared across sequences lately: the
-/// share accepted (moving average) and how many sequences came to draft.
+/// How the draft model's (or prompt lookup's) drafts have fared across
+/// sequences lately: the share accepted (moving average) and how many
+/// sequences came to draft.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct ModelPrior {
     pub rate: f64,
@@ -60,6 +61,11 @@ impl Default for ModelPrior {
 }
 
 impl ModelPrior {
+    /// A prior that starts at every draft accepted (it learns down).
+    pub fn optimistic() -> Self {
+        ModelPrior { rate: 1.0, seqs: 0 }
+    }
+
     pub fn observe(&mut self, drafted: usize, accepted: usize) {
         if drafted > 0 {
             self.rate += 0.1 * (accepted as f64 / drafted as f64 - self.rate);
@@ -86,6 +92,9 @@ const MIN_PAUSE: usize = 8;
 const MAX_PAUSE: usize = 512;
 /// Weight of the latest verification in the acceptance average.
 const RATE_WEIGHT: f64 = 0.3;
+/// What a cut draft adds to its sequence's acceptance share per step
+/// ([`Core::keep_paying_drafts`]).
+const RATE_CREEP: f64 = 0.02;
 /// Outright rejections in a row after which a sequence stops drafting
 /// with the draft model.
 const MODEL_MISSES: u8 = 3;
@@ -297,6 +306,7 @@ impl Core {
                 s.draft = self.cfg.drafter.draft(&s.tokens, k);
             }
         }
+        self.keep_paying_drafts(plan, done, &by_model);
         if !by_model.is_empty() {
             let t = Instant::now();
             self.draft_with_model(by_model);
@@ -305,9 +315,132 @@ impl Core {
     }
 }
 
+impl Core {
+    /// Cuts this step's prompt-lookup drafts to what pays for the rows
+    /// they add ([`keep_drafts`], with the step time by row count the
+    /// engine measured): a draft that opens a new tile of the batched
+    /// kernels costs a pass over the weights, which the linear fit behind
+    /// [`Core::draft_threshold`] spreads over every row. Draft-model
+    /// drafts (`by_model`) are not cut; their rows count as taken.
+    fn keep_paying_drafts(
+        &mut self,
+        plan: &[Chunk],
+        done: &[(usize, FinishReason)],
+        by_model: &[(usize, usize)],
+    ) {
+        let going = |c: &&Chunk| done.binary_search_by_key(&c.seq, |d| d.0).is_err();
+        let lookup: Vec<usize> = plan
+            .iter()
+            .filter(going)
+            .map(|c| c.seq)
+            .filter(|&i| !self.running[i].draft.is_empty())
+            .collect();
+        if lookup.is_empty() {
+            return;
+        }
+        let base = plan.iter().filter(going).count() + by_model.iter().map(|m| m.1).sum::<usize>();
+        // A sequence that never had a draft verified is taken at the
+        // share of recent sequences' drafts (at first, all accepted).
+        let prior = self.lookup_prior.rate;
+        let share = |s: &Seq| {
+            if s.drafted == 0 {
+                prior
+            } else {
+                s.draft_len.rate
+            }
+        };
+        let drafts: Vec<(usize, f64)> = lookup
+            .iter()
+            .map(|&i| (self.running[i].draft.len(), share(&self.running[i])))
+            .collect();
+        let (costs, fit) = (&self.row_costs, self.decode_fit);
+        if let Some(keep) = keep_drafts(base, &drafts, |rows| costs.cost(rows, fit)) {
+            for (&i, k) in lookup.iter().zip(keep) {
+                let s = &mut self.running[i];
+                if k < s.draft.len() {
+                    // Only a verified draft updates the share: a cut one
+                    // creeps up, so drafting is tried again in time.
+                    s.draft_len.rate = (s.draft_len.rate + RATE_CREEP).min(1.0);
+                }
+                s.draft.truncate(k);
+            }
+        }
+    }
+}
+
+/// How many tokens of each draft (`drafts`: its length and its
+/// sequence's recent acceptance share) a step of `base` rows besides them
+/// should carry, given a step's seconds by row count (`cost`); None when
+/// a cost is unknown (draft to learn). A drafted token is worth its
+/// acceptance share of a token, a token `cost(base) / base`; the drafts,
+/// best share first, are kept up to the total that gains most over what
+/// their rows add to the step, with the margins of
+/// [`Core::draft_threshold`] (rows cost 1.25x, every token 0.05 of a
+/// token more).
+pub(super) fn keep_drafts(
+    base: usize,
+    drafts: &[(usize, f64)],
+    cost: impl Fn(usize) -> Option<f64>,
+) -> Option<Vec<usize>> {
+    let base = base.max(1);
+    let t0 = cost(base)?;
+    let value = t0 / base as f64;
+    let mut order: Vec<usize> = (0..drafts.len()).collect();
+    order.sort_by(|&a, &b| drafts[b].1.total_cmp(&drafts[a].1));
+    let (mut gain, mut best, mut best_net) = (0.0, 0, 0.0);
+    let mut d = 0;
+    for &i in &order {
+        let (len, rate) = drafts[i];
+        for _ in 0..len {
+            d += 1;
+            gain += (rate - 0.05) * value;
+            let net = gain - 1.25 * (cost(base + d)? - t0);
+            if net > best_net {
+                (best, best_net) = (d, net);
+            }
+        }
+    }
+    let mut keep = vec![0; drafts.len()];
+    let mut left = best;
+    for &i in &order {
+        keep[i] = drafts[i].0.min(left);
+        left -= keep[i];
+    }
+    Some(keep)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::DraftLen;
+    use super::{keep_drafts, DraftLen};
+
+    /// A step whose kernels take rows in tiles of eight: 10 ms plus 10 ms
+    /// per tile.
+    fn tiles(rows: usize) -> Option<f64> {
+        Some(0.010 + 0.010 * rows.div_ceil(8) as f64)
+    }
+
+    #[test]
+    fn drafts_fill_the_open_tile_and_stop_before_a_new_one() {
+        // Eight streams fill a tile: no draft pays for a second pass.
+        assert_eq!(keep_drafts(8, &[(4, 0.5); 8], tiles), Some(vec![0; 8]));
+        // Six streams leave two rows free: the best drafts take them.
+        assert_eq!(
+            keep_drafts(6, &[(4, 0.3), (4, 0.6), (1, 0.9)], tiles),
+            Some(vec![0, 1, 1])
+        );
+        // Drafts that are nearly all accepted pay for a new tile.
+        assert_eq!(keep_drafts(8, &[(8, 0.95); 2], tiles), Some(vec![8, 8]));
+        // One stream: a tile is free up to eight rows.
+        assert_eq!(keep_drafts(1, &[(4, 0.4)], tiles), Some(vec![4]));
+        // Nothing measured: keep everything.
+        assert_eq!(keep_drafts(1, &[(4, 0.4)], |_| None), None);
+        // A line (every row costs the same) keeps drafts that pay per row.
+        let line = |rows: usize| Some(0.010 + 0.001 * rows as f64);
+        assert_eq!(
+            keep_drafts(2, &[(4, 0.5), (4, 0.01)], line),
+            Some(vec![4, 0])
+        );
+    }
 
     /// Steps until the next draft, and its length.
     fn wait(d: &mut DraftLen) -> (usize, usize) {
