@@ -13,7 +13,10 @@ use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::path::Path;
 
+mod verify;
 mod write;
+
+pub use verify::first_row_logits;
 pub use write::gguf_name;
 
 /// The shape and encoding of a synthetic model.

@@ -12,33 +12,12 @@
 use hasten_kernels::attention::KvType;
 use hasten_kernels::quant::GgmlType;
 use hasten_kernels::threads::Threads;
-use hasten_model::kv::KvCache;
-use hasten_model::llama::{Model, Scratch, SeqBatch};
-use hasten_model::testing::{load_fixture, Fixture};
+use hasten_model::llama::Model;
+use hasten_model::testing::{first_row_logits, load_fixture, Fixture};
 
-/// The first-row logits of feeding `toks` after `prompt`.
+/// The first-row logits of feeding `toks` after `prompt`, one thread.
 fn first_row(model: &Model, ty: KvType, prompt: &[u32], toks: &[u32]) -> Vec<f32> {
-    let c = &model.config;
-    let block = 16;
-    let blocks = (prompt.len() + toks.len()).div_ceil(block);
-    let table: Vec<u32> = (0..blocks as u32).collect();
-    let mut kv = KvCache::with_type(c, blocks, block, ty).unwrap();
-    let mut s = Scratch::new(c, prompt.len().max(toks.len()), toks.len());
-    let seq = |tokens, start_pos, logits| SeqBatch {
-        tokens,
-        start_pos,
-        block_table: &table,
-        local_table: &[],
-        logits,
-    };
-    let one = Threads::ONE;
-    model
-        .forward(&[seq(prompt, 0, 1)], &mut kv, &mut s, one)
-        .unwrap();
-    let out = model
-        .forward(&[seq(toks, prompt.len(), toks.len())], &mut kv, &mut s, one)
-        .unwrap();
-    out[..c.vocab_size].to_vec()
+    first_row_logits(model, ty, prompt, toks, Threads::ONE).unwrap()
 }
 
 #[test]
