@@ -98,18 +98,7 @@ async fn a_forgotten_stream_is_continued_without_repeating_text() {
             ..Faults::default()
         },
     );
-    let (addr, gate, conns) = (server.addr.clone(), proxy.gate(), proxy.connections.clone());
-    let opener = std::thread::spawn(move || {
-        let t0 = std::time::Instant::now();
-        // The resume is waiting at the gate, so the cut has happened.
-        while conns.load(std::sync::atomic::Ordering::SeqCst) < 2
-            || metric(&addr, "hasten_streams_live").unwrap_or(1.0) > 0.0
-        {
-            assert!(t0.elapsed() < Duration::from_secs(60), "never forgotten");
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        gate.open();
-    });
+    let opener = open_when_forgotten(&proxy, &server.addr);
     let out = client(proxy.url(), OnBreak::Continue)
         .stream(greedy(60))
         .collect()
@@ -262,19 +251,24 @@ async fn tool_calls_assemble_alike_streamed_unary_and_resumed() {
         .unwrap();
     assert_eq!(names_args(&resumed), names_args(&unary));
     assert_eq!(resumed.stats.resumes, 1, "{resumed:?} {unary:?}");
+    // The resume is held until the server has forgotten the stream (see
+    // `a_forgotten_stream_is_continued_without_repeating_text`): one that
+    // arrives before the server noticed the cut still finds it.
     let forgetful = Serve::start(&["--resume-grace", "0"]);
-    let proxy = Proxy::start(
+    let proxy = Proxy::start_gated(
         &forgetful.addr,
         Faults {
             cut_first_after_events: Some(4),
             ..Faults::default()
         },
     );
+    let opener = open_when_forgotten(&proxy, &forgetful.addr);
     let failed = client(proxy.url(), OnBreak::Continue)
         .stream(weather_call())
         .collect()
         .await
         .unwrap_err();
+    opener.join().unwrap();
     let partial = &failed.partial.choices[0].tool_calls;
     assert_eq!(partial.len(), 1);
     assert!(calls[0]
@@ -313,4 +307,21 @@ fn complete_json_schema_prints_a_checked_object() {
         v["name"].is_string() && v["age"].as_u64().unwrap() <= 120,
         "{v}"
     );
+}
+
+/// Opens `proxy`'s gate once a second connection waits at it (the client
+/// saw the cut) and the server at `addr` has no live stream (it forgot the
+/// cut one), so a resume cannot race the server's noticing the cut.
+fn open_when_forgotten(proxy: &Proxy, addr: &str) -> std::thread::JoinHandle<()> {
+    let (addr, gate, conns) = (addr.to_string(), proxy.gate(), proxy.connections.clone());
+    std::thread::spawn(move || {
+        let t0 = std::time::Instant::now();
+        while conns.load(std::sync::atomic::Ordering::SeqCst) < 2
+            || metric(&addr, "hasten_streams_live").unwrap_or(1.0) > 0.0
+        {
+            assert!(t0.elapsed() < Duration::from_secs(60), "never forgotten");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        gate.open();
+    })
 }
