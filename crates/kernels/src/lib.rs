@@ -10,13 +10,14 @@
 //! are tested against them on random inputs of awkward sizes on every tier
 //! the CPU runs. [`cpu`] detects the tier and holds the one table that
 //! knows them all; [`rows`] holds the shapes they share. `unsafe` is
-//! allowed only in `simd/` and [`threads`].
+//! allowed only in `simd/`, [`threads`] and [`hugepages`].
 
 pub mod attention;
 pub mod attention_q8;
 pub mod attention_split;
 pub mod cpu;
 pub mod error;
+pub mod hugepages;
 pub mod matmul;
 mod matmul_amx;
 pub mod ops;

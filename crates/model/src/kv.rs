@@ -55,13 +55,17 @@ enum Store {
 /// written in full at start-up: a 135M server sat at 1.2 GB resident).
 fn zeroed(n: usize) -> Vec<f16> {
     use zerocopy::FromZeros;
-    f16::new_vec_zeroed(n).unwrap_or_else(|_| vec![f16::ZERO; n])
+    let mut v = f16::new_vec_zeroed(n).unwrap_or_else(|_| vec![f16::ZERO; n]);
+    hasten_kernels::hugepages::advise(&mut v);
+    v
 }
 
 /// `n` zero bytes, as lazily as [`zeroed`] (`vec![0u8; n]` asks the
 /// allocator for zeroed pages).
 fn zeroed_bytes(n: usize) -> Vec<u8> {
-    vec![0u8; n]
+    let mut v = vec![0u8; n];
+    hasten_kernels::hugepages::advise(&mut v);
+    v
 }
 
 impl KvCache {

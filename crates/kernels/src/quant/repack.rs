@@ -44,7 +44,8 @@ impl Aligned {
 
     /// `len` zero bytes starting on a 64-byte boundary.
     pub fn zeroed(len: usize) -> Self {
-        let buf = vec![0u8; len + Self::ALIGN - 1];
+        let mut buf = vec![0u8; len + Self::ALIGN - 1];
+        crate::hugepages::advise(&mut buf);
         let off = buf.as_ptr().align_offset(Self::ALIGN);
         Aligned { buf, off, len }
     }
