@@ -64,6 +64,8 @@ fn streamed(
             ),
             ty => {
                 let mut b = vec![0u8; rows * ty.row_bytes(hd)];
+                // As the model's pool: huge pages where Linux grants them.
+                hasten_kernels::hugepages::advise(&mut b);
                 quantize_row(ty.ggml(), &vals, &mut b).expect("whole blocks");
                 (vec![], b)
             }

@@ -189,38 +189,39 @@ pub fn scores_reference(
 /// says) at positions `start..n_last`
 /// with the weights `probs[r * w + p]` of `rows` rows, into `out`
 /// (`rows * hd`, overwritten), weights quantized per chunk as the module
-/// says (the reference of the SIMD sum).
+/// says (the reference of the SIMD sum). Row `r` sees positions
+/// `seen[r].0..seen[r].1` only (inside `start..n_last`): its weights
+/// elsewhere are taken as 0 and the V scales there do not bound its
+/// quantization. Chunks start at multiples of [`V_CHUNK`]. So a row's
+/// sum depends on its own weights and positions alone, never on the rows
+/// beside it (a decode step's row and the same token's row in a
+/// verification pass get the same bits).
 #[allow(clippy::too_many_arguments)]
 pub fn weighted_v_reference(
     view: &HeadView<'_>,
     v: &[u8],
     probs: &[f32],
-    rows: usize,
+    seen: &[(usize, usize)],
     start: usize,
     n_last: usize,
     w: usize,
     out: &mut [f32],
 ) {
     let hd = view.kv.head_dim;
-    let nb = hd / QK;
+    let (nb, rows) = (hd / QK, seen.len());
     out[..rows * hd].fill(0.0);
-    for p0 in (start..n_last).step_by(V_CHUNK) {
+    for p0 in (start / V_CHUNK * V_CHUNK..n_last).step_by(V_CHUNK) {
         let vr: Vec<Option<Vec<u8>>> = (p0..p0 + V_CHUNK)
             .map(|p| row(view, v, view.kv.v.ty(), p, n_last))
             .collect();
-        for r in 0..rows {
-            let p: [f32; V_CHUNK] = std::array::from_fn(|j| {
-                if p0 + j < w {
-                    probs[r * w + p0 + j]
-                } else {
-                    0.0
-                }
-            });
+        for (r, &(lo, hi)) in seen.iter().enumerate() {
+            let sees = |j: usize| (lo..hi.min(w)).contains(&(p0 + j));
+            let p: [f32; V_CHUNK] =
+                std::array::from_fn(|j| if sees(j) { probs[r * w + p0 + j] } else { 0.0 });
             for b in 0..nb {
-                let dv: [f32; V_CHUNK] = std::array::from_fn(|j| {
-                    vr[j].as_ref().map_or(0.0, |vr| {
-                        read_f16(&vr[b * BLOCK_BYTES..b * BLOCK_BYTES + 2])
-                    })
+                let dv: [f32; V_CHUNK] = std::array::from_fn(|j| match &vr[j] {
+                    Some(vr) if sees(j) => read_f16(&vr[b * BLOCK_BYTES..b * BLOCK_BYTES + 2]),
+                    _ => 0.0,
                 });
                 let (u, s) = quantize_weights(&p, &dv);
                 for d in 0..QK {
@@ -356,7 +357,8 @@ mod tests {
         let total: f32 = probs.iter().sum();
         let probs: Vec<f32> = probs.iter().map(|p| p / total).collect();
         let mut got = vec![0.0; hd];
-        weighted_v_reference(&view, &c.bytes, &probs, 1, start, n_last, w, &mut got);
+        let seen = [(start, n_last)];
+        weighted_v_reference(&view, &c.bytes, &probs, &seen, start, n_last, w, &mut got);
         let mut exact = vec![0.0f32; hd];
         let mut row = vec![0.0f32; hd];
         for (p, &pr) in probs.iter().enumerate().take(n_last) {

@@ -224,8 +224,15 @@ pub(super) unsafe fn tile_q8k(
         match view.kv.v {
             KvRows::Quant(KvType::Q8_0 | KvType::Q4_0, v) => {
                 let rm = Some(&row_max[..]);
+                // The positions each row sees, as the softmax takes them.
+                let seen: Vec<(usize, usize)> = (0..rows)
+                    .map(|r| {
+                        let n = n_ctx + r / g;
+                        (view.first_visible(n), view.visible_end(n))
+                    })
+                    .collect();
                 softmax_and_sum(view, t, g, n_ctx, start, rm, scores, lse, out, |s, o| {
-                    weighted_v_q8(view, v, s, rows, start, n_last, w, o)
+                    weighted_v_q8(view, v, s, &seen, start, n_last, w, o)
                 })
             }
             _ => super::avx2_attn::finish_tile(view, t, g, n_ctx, start, scores, out, lse),
@@ -236,8 +243,8 @@ pub(super) unsafe fn tile_q8k(
 /// The softmax of the tile's scores, then `sum_v(weights, out)`: where it
 /// can, the softmax leaves the weights unnormalized ([`softmax_rows`]) and
 /// each output row is scaled by its `1 / sum` after the sum; soft-capped
-/// layers and tiles of more than [`MAX_ROWS`] rows take the AVX2 tier's
-/// normalizing softmax. `row_max` as [`softmax_rows`] takes it.
+/// layers take the AVX2 tier's normalizing softmax. `row_max` as
+/// [`softmax_rows`] takes it.
 ///
 /// # Safety
 /// AVX-512 F/BW/VL are available; the shapes `checked` in
@@ -258,13 +265,20 @@ pub(super) unsafe fn softmax_and_sum(
     sum_v: impl FnOnce(&mut [f32], &mut [f32]),
 ) {
     let (hd, rows) = (view.kv.head_dim, t * g);
-    if view.softcap.is_some() || rows > MAX_ROWS {
+    if view.softcap.is_some() {
         // SAFETY: the caller's contract.
         unsafe { super::avx2_attn::softmax_rows(view, t, g, n_ctx, start, scores, lse) };
         return sum_v(scores, out);
     }
-    let mut norm = [1.0f32; MAX_ROWS];
-    let norm = &mut norm[..rows];
+    // Every tile size takes this path: a row's bits must not depend on how
+    // many rows share its tile (a decode step's against a verification's).
+    let (mut stack, mut heap) = ([1.0f32; STACK_ROWS], Vec::new());
+    let norm = if rows <= STACK_ROWS {
+        &mut stack[..rows]
+    } else {
+        heap.resize(rows, 1.0f32);
+        &mut heap[..]
+    };
     // SAFETY: the caller's contract.
     unsafe { softmax_rows(view, t, g, n_ctx, start, row_max, scores, lse, norm) };
     sum_v(scores, out);
@@ -273,9 +287,8 @@ pub(super) unsafe fn softmax_and_sum(
     }
 }
 
-/// Query rows a tile normalizes after its V sum (more fall back to the
-/// normalizing softmax).
-const MAX_ROWS: usize = 64;
+/// Query rows whose normalization factors a tile keeps on the stack.
+const STACK_ROWS: usize = 64;
 
 /// The softmax of each query row's visible scores, as
 /// [`super::avx2_attn::softmax_rows`] computes it but in 512-bit vectors

@@ -37,18 +37,25 @@ const MAX_BLOCKS: usize = 256 / QK;
 /// order.
 type RowWeights = [[i16; V_CHUNK]; MAX_BLOCKS];
 
+/// Per V block and quarter of a chunk: the scales that bound a row's
+/// weights ([`bounds`]).
+type Bounds = [[__m512; SUB]; MAX_BLOCKS];
+
 /// The weighted sum of the V rows `v` (Q8_0 or Q4_0) at positions
-/// `start..n_last` with the softmax weights `probs[r * w + p]` of `rows`
-/// rows, into `out` (`rows * hd`, overwritten), as
+/// `start..n_last` with the softmax weights `probs[r * w + p]` of the rows
+/// of `seen` (row `r` sees positions `seen[r].0..seen[r].1`), into `out`
+/// (`seen.len() * hd`, overwritten), as
 /// [`crate::attention_q8::weighted_v_reference`] computes it (the same
-/// integer sums). The dimensions of the accumulators are in the
-/// transpose's order until the end ([`dim`]). A head of 32 mod 64 values
-/// (Phi-3's 96) ends in half a slice: its missing block reads as zeros
-/// with scale 0, and its dimensions are dropped at the end.
+/// integer sums; chunks at multiples of [`V_CHUNK`], a row's weights
+/// bounded by the V scales it sees). The dimensions of the accumulators
+/// are in the transpose's order until the end ([`dim`]). A head of 32 mod
+/// 64 values (Phi-3's 96) ends in half a slice: its missing block reads as
+/// zeros with scale 0, and its dimensions are dropped at the end.
 ///
 /// # Safety
 /// AVX-512 F/BW/VL/VNNI are available; `hd` is a multiple of 32 and at
-/// most 256; `probs` holds `rows * w` values, `out` `rows * hd`, and
+/// most 256; `probs` holds `seen.len() * w` values, `out`
+/// `seen.len() * hd`; every `seen` range lies inside `start..n_last`, and
 /// `n_last` is at most the rows the view's block table covers.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[allow(clippy::too_many_arguments)]
@@ -56,14 +63,14 @@ pub(crate) unsafe fn weighted_v_q8(
     view: &HeadView<'_>,
     v: &[u8],
     probs: &[f32],
-    rows: usize,
+    seen: &[(usize, usize)],
     start: usize,
     n_last: usize,
     w: usize,
     out: &mut [f32],
 ) {
     let hd = view.kv.head_dim;
-    let (nb, nz) = (hd / QK, hd.div_ceil(64));
+    let (nb, nz, rows) = (hd / QK, hd.div_ceil(64), seen.len());
     // Accumulator row stride: whole 64-value slices.
     let sw = nz * 64;
     let zero = [0u8; MAX_ROW];
@@ -75,43 +82,54 @@ pub(crate) unsafe fn weighted_v_q8(
     let mut acc_f = vec![0.0f32; rows * sw];
     let mut ptr = [std::ptr::null(); LANES];
     let mut wq = [[[0i16; V_CHUNK]; MAX_BLOCKS]; ROWS];
-    let tiny = _mm512_set1_ps(MIN_WEIGHT_MAX);
-    for p0 in (start..n_last).step_by(V_CHUNK) {
-        // Per quarter: the weights' lanes inside the weights row, and each
-        // V block's scales times WEIGHT_MAX over the chunk's largest scale
-        // of that block (shared by all rows).
-        let mut mask = [0 as __mmask16; SUB];
-        // Blocks past `nb` (half a last slice) keep scale 0.
-        let mut dvs = [[_mm512_setzero_ps(); SUB]; MAX_BLOCKS];
-        let mut dmax = [0.0f32; MAX_BLOCKS];
+    let zeros: Bounds = [[_mm512_setzero_ps(); SUB]; MAX_BLOCKS];
+    let (mut shared, mut own) = (zeros, zeros);
+    let (mut shared_max, mut own_max) = ([0.0f32; MAX_BLOCKS], [0.0f32; MAX_BLOCKS]);
+    for p0 in (start / V_CHUNK * V_CHUNK..n_last).step_by(V_CHUNK) {
+        // Each V block's scales per quarter (blocks past `nb`, half a last
+        // slice, keep scale 0).
+        let mut raw = [[_mm512_setzero_ps(); SUB]; MAX_BLOCKS];
         for h in 0..SUB {
             let q0 = p0 + h * LANES;
-            mask[h] = ((1u32 << w.saturating_sub(q0).min(LANES)) - 1) as u16;
             head.rows(v, q0, n_last, &zero, &mut wide, &mut ptr);
             // SAFETY: every pointer in `ptr` starts a whole row of `nb`
             // blocks; `vt` holds `nz * PAIRS * 4` registers.
             unsafe {
                 transpose_v(&ptr, nb, h, &mut vt);
-                for (b, d) in dvs.iter_mut().take(nb).enumerate() {
+                for (b, d) in raw.iter_mut().take(nb).enumerate() {
                     d[h] = block_scales(&ptr, b * BLOCK_BYTES);
                 }
             }
         }
-        for b in 0..2 * nz {
-            let m = dvs[b].iter().fold(tiny, |m, d| _mm512_max_ps(m, *d));
-            dmax[b] = _mm512_reduce_max_ps(m);
-            let c = _mm512_set1_ps(WEIGHT_MAX / dmax[b]);
-            for d in dvs[b].iter_mut() {
-                *d = _mm512_mul_ps(*d, c);
-            }
-        }
+        // What a row that sees the whole chunk quantizes against (rows
+        // that see part of it take their own, from the scales they see).
+        bounds(
+            &raw[..2 * nz],
+            &[u16::MAX; SUB],
+            &mut shared,
+            &mut shared_max,
+        );
+        let chunk_end = (p0 + V_CHUNK).min(n_last);
         for r0 in (0..rows).step_by(ROWS) {
             let n = (rows - r0).min(ROWS);
             let mut scale = [[0.0f32; MAX_BLOCKS]; ROWS];
             for (i, (wr, sr)) in wq.iter_mut().zip(scale.iter_mut()).take(n).enumerate() {
+                let (lo, hi) = seen[r0 + i];
+                let (lo, hi) = (lo.max(p0), hi.min(chunk_end).min(w));
+                let mask: [__mmask16; SUB] = std::array::from_fn(|h| {
+                    let q0 = p0 + h * LANES;
+                    let bits = |p: usize| (1u32 << p.saturating_sub(q0).min(LANES)) - 1;
+                    (bits(hi) & !bits(lo)) as u16
+                });
+                let (dvs, dmax) = if (lo, hi) == (p0, chunk_end) {
+                    (&shared, &shared_max)
+                } else {
+                    bounds(&raw[..2 * nz], &mask, &mut own, &mut own_max);
+                    (&own, &own_max)
+                };
                 let row = &probs[(r0 + i) * w..];
                 // SAFETY: `mask` keeps every load inside the row.
-                unsafe { quantize_row(row, p0, &mask, &dvs[..2 * nz], &dmax, wr, sr) };
+                unsafe { quantize_row(row, p0, &mask, &dvs[..2 * nz], dmax, wr, sr) };
             }
             let o = &mut acc_f[r0 * sw..(r0 + n) * sw];
             // SAFETY: `wq` and `scale` hold `n` rows, `o` `n` rows of `sw`.
@@ -135,6 +153,25 @@ pub(crate) unsafe fn weighted_v_q8(
     }
 }
 
+/// Per V block of `raw`: into `dvs`, its scales on the lanes of `mask`
+/// times `WEIGHT_MAX` over the largest of them (0 elsewhere); into `dmax`,
+/// that largest scale (at least [`MIN_WEIGHT_MAX`]).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+fn bounds(raw: &[[__m512; SUB]], mask: &[__mmask16; SUB], dvs: &mut Bounds, dmax: &mut [f32]) {
+    let tiny = _mm512_set1_ps(MIN_WEIGHT_MAX);
+    for ((r, d), m) in raw.iter().zip(dvs.iter_mut()).zip(dmax.iter_mut()) {
+        for h in 0..SUB {
+            d[h] = _mm512_maskz_mov_ps(mask[h], r[h]);
+        }
+        *m = _mm512_reduce_max_ps(d.iter().fold(tiny, |m, x| _mm512_max_ps(m, *x)));
+        let c = _mm512_set1_ps(WEIGHT_MAX / *m);
+        for x in d.iter_mut() {
+            *x = _mm512_mul_ps(*x, c);
+        }
+    }
+}
+
 /// The head dimension of accumulator value `j` of a row: register `i` of
 /// slice `z`, lane `l` holds dimension `64 z + 32 (i / 2) + 8 (l / 4) +
 /// 4 (i % 2) + l % 4` (the unpacks work within 128-bit lanes).
@@ -149,7 +186,7 @@ fn dim(j: usize) -> usize {
 ///
 /// # Safety
 /// AVX-512 F/BW/VL are available; `mask[h]` covers only values of `probs`
-/// (from `p0 + 16 h`).
+/// (from `p0 + 16 h`), and only those the row sees.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
 unsafe fn quantize_row(
@@ -356,10 +393,19 @@ mod tests {
                 }
             })
             .collect();
+        // Rows that see all of `start..n_last`, and rows that see a part
+        // (a verification's earlier tokens, a window's later ones).
+        let seen: Vec<(usize, usize)> = (0..rows)
+            .map(|r| match r % 3 {
+                0 => (start, n_last),
+                1 => (start, n_last - (n_last - start) / 3),
+                _ => (start + (n_last - start) / 4, n_last),
+            })
+            .collect();
         let (mut want, mut got) = (vec![f32::NAN; rows * hd], vec![f32::NAN; rows * hd]);
-        weighted_v_reference(&view, &c.bytes, &probs, rows, start, n_last, w, &mut want);
+        weighted_v_reference(&view, &c.bytes, &probs, &seen, start, n_last, w, &mut want);
         // SAFETY: AVX-512 VNNI detected; shapes as the kernel requires.
-        unsafe { super::weighted_v_q8(&view, &c.bytes, &probs, rows, start, n_last, w, &mut got) };
+        unsafe { super::weighted_v_q8(&view, &c.bytes, &probs, &seen, start, n_last, w, &mut got) };
         for (i, (a, b)) in got.iter().zip(&want).enumerate() {
             assert!(
                 (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
