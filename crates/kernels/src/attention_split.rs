@@ -7,9 +7,17 @@
 //! `out = sum_i exp(lse_i - L) * out_i`, `L = log sum_i exp(lse_i)`,
 //!
 //! where `out_i` is piece `i`'s softmax-weighted sum of V. A decode step
-//! has one work item per (KV head, token); when those are few or do not
-//! divide among the threads (4 KV heads on 3 threads, 1 on 16), pieces of
-//! the context keep every thread busy at any head count.
+//! has one work item per (KV head, token); when the KV heads do not divide
+//! among the threads (4 KV heads on 3 threads, 1 on 16), pieces of the
+//! context keep every thread busy at any head count.
+//!
+//! The cut is canonical: pieces end at multiples of one span per process
+//! ([`span_for`]: the model's KV heads and the thread count decide it),
+//! whatever the step holds. A token's pieces, and so its bits, are the same
+//! in a decode step of one sequence, a batch, a prefill tile or a
+//! speculative verification (a piece a row sees nothing of adds exactly
+//! nothing to its merge); cuts sized by the step's own work gave a decode
+//! step other bits than a verification of the same token.
 //!
 //! This module owns the cut, the parallel run and the merge; which items
 //! there are (block tables, queries, context lengths) is the caller's.
@@ -19,48 +27,45 @@ use crate::rows::HeadView;
 use crate::threads::{par_chunks, Threads};
 use std::cell::RefCell;
 
-/// Shortest piece worth a thread of its own: below it the merge and the
+/// Shortest span worth a thread of its own: below it the merge and the
 /// fixed cost of a tile outweigh the work.
 pub const MIN_PIECE: usize = 256;
-/// Piece boundaries fall on multiples of this (the tile kernels read the
-/// cache eight positions at a time).
+/// Spans are multiples of this (the tile kernels read the cache eight
+/// positions at a time, the integer V sum 64).
 const ALIGN: usize = 64;
+/// Positions of one KV head's context shared among the threads per span:
+/// 2 threads cut at 1,024 positions, 8 and more at [`MIN_PIECE`].
+const SPAN_WORK: usize = 2048;
 
-/// How many pieces to cut each of `items` work items of `n_ctx` positions
-/// into so that `threads` stay busy: 1 when the items alone balance (at
-/// least four per thread, or a multiple of the thread count) or the
-/// context is too short to cut.
-pub fn pieces_for(items: usize, n_ctx: usize, threads: Threads) -> usize {
+/// The span at whose multiples every tile's context is cut, for a model of
+/// `n_kv_heads` KV heads run on `threads`: `None` (never cut) on one
+/// thread, or where a decode step's KV heads alone keep the threads busy
+/// (a multiple of them, or at least four per thread).
+pub fn span_for(n_kv_heads: usize, threads: Threads) -> Option<usize> {
     let th = threads.get();
-    if th == 1 || items == 0 || items >= 4 * th || items.is_multiple_of(th) {
-        return 1;
+    if th == 1 || n_kv_heads >= 4 * th || n_kv_heads.is_multiple_of(th) {
+        return None;
     }
-    (4 * th).div_ceil(items).min(n_ctx / MIN_PIECE).max(1)
+    Some((SPAN_WORK / th).max(MIN_PIECE).next_multiple_of(ALIGN))
 }
 
-/// Range `i` of `pieces` over positions `lo..hi`: nearly equal, boundaries
-/// on multiples of [`ALIGN`] (the first and last pieces take the slack).
-pub fn piece_range(lo: usize, hi: usize, pieces: usize, i: usize) -> (usize, usize) {
-    let cut = |k: usize| {
-        if k == 0 {
-            lo
-        } else if k >= pieces {
-            hi
-        } else {
-            (lo + (hi - lo) * k / pieces)
-                .next_multiple_of(ALIGN)
-                .clamp(lo, hi)
-        }
-    };
-    (cut(i), cut(i + 1))
+/// The pieces of positions `lo..hi` cut at multiples of `span`: the first
+/// piece's index (`lo / span`) and their count (one, empty, when `hi <= lo`).
+pub fn pieces(lo: usize, hi: usize, span: usize) -> (usize, usize) {
+    let first = lo / span;
+    (first, hi.saturating_sub(1).max(lo) / span + 1 - first)
+}
+
+/// Piece `k` (an absolute index, see [`pieces`]) of positions `lo..hi`.
+pub fn piece_range(lo: usize, hi: usize, span: usize, k: usize) -> (usize, usize) {
+    ((k * span).max(lo), ((k + 1) * span).min(hi).max(lo))
 }
 
 /// Merges `pieces` partial results of `rows` query rows of `hd` values:
-/// `parts[i]` holds piece `i`'s normalized outputs then its `rows`
-/// log-sum-exps (`rows * (hd + 1)` values each). Rows no piece saw
-/// anything for come out zero.
-pub fn merge(parts: &[f32], pieces: usize, rows: usize, hd: usize, out: &mut [f32]) {
-    let stride = rows * (hd + 1);
+/// `parts[i * stride..]` holds piece `i`'s normalized outputs then its
+/// `rows` log-sum-exps. Rows no piece saw anything for come out zero; a
+/// piece a row saw nothing of (log-sum-exp -inf) changes nothing of it.
+pub fn merge(parts: &[f32], stride: usize, pieces: usize, rows: usize, hd: usize, out: &mut [f32]) {
     for r in 0..rows {
         let lse = |i: usize| parts[i * stride + rows * hd + r];
         let top = (0..pieces).map(lse).fold(f32::NEG_INFINITY, f32::max);
@@ -94,6 +99,16 @@ pub struct Item<'a> {
     pub n_ctx: usize,
 }
 
+impl Item<'_> {
+    /// The positions the item's tokens see, together.
+    fn seen(&self) -> (usize, usize) {
+        (
+            self.view.first_visible(self.n_ctx),
+            self.view.visible_end(self.n_ctx + self.t - 1),
+        )
+    }
+}
+
 thread_local! {
     /// Per-thread scores scratch of the piece tiles.
     static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
@@ -102,54 +117,79 @@ thread_local! {
 }
 
 /// Attention of `items` work items (`item(k)` describes item `k`), each
-/// cut into `pieces` context ranges, all `items * pieces` tiles spread over
-/// `threads` and merged into `out` (item `k`'s `rows` rows of `hd` values
-/// at `k * rows * hd`; `rows = t * group`, the same for every item).
+/// cut at multiples of `span` ([`pieces`]), all pieces' tiles spread over
+/// `threads` and merged into `out`: item `k`'s `t * group` rows of `hd`
+/// values follow item `k - 1`'s.
 pub fn attend_items_split<'a>(
     items: usize,
-    pieces: usize,
-    rows: usize,
+    group: usize,
     hd: usize,
+    span: usize,
     item: impl Fn(usize) -> Item<'a> + Sync,
     threads: Threads,
     out: &mut [f32],
 ) {
-    let unit = rows * (hd + 1);
+    // Item k's pieces are units first[k]..first[k + 1].
+    let mut first = Vec::with_capacity(items + 1);
+    let (mut units, mut max_rows) = (0, 0);
+    for k in 0..items {
+        let it = item(k);
+        let (lo, hi) = it.seen();
+        first.push(units);
+        units += pieces(lo, hi, span).1;
+        max_rows = max_rows.max(it.t * group);
+    }
+    first.push(units);
+    let unit = max_rows * (hd + 1);
     PARTS.with(|parts| {
         let mut parts = parts.borrow_mut();
         parts.clear();
-        parts.resize(items * pieces * unit, 0.0);
-        par_chunks(&mut parts[..], unit, threads, |first, chunk| {
+        parts.resize(units * unit, 0.0);
+        par_chunks(&mut parts[..], unit, threads, |first_unit, chunk| {
             SCORES.with(|sc| {
                 let mut sc = sc.borrow_mut();
                 for (u, part) in chunk.chunks_exact_mut(unit).enumerate() {
-                    let (k, i) = ((first + u) / pieces, (first + u) % pieces);
+                    let u = first_unit + u;
+                    let k = first.partition_point(|&f| f <= u) - 1;
                     let it = item(k);
-                    let (lo, hi) = (
-                        it.view.first_visible(it.n_ctx),
-                        it.view.visible_end(it.n_ctx + it.t - 1),
-                    );
-                    let (from, until) = piece_range(lo, hi, pieces, i);
+                    let (lo, hi) = it.seen();
+                    let i = pieces(lo, hi, span).0 + (u - first[k]);
+                    let (from, until) = piece_range(lo, hi, span, i);
                     // The last piece also holds the tile's later tokens.
-                    let until = if i + 1 == pieces { usize::MAX } else { until };
+                    let until = if u + 1 == first[k + 1] {
+                        usize::MAX
+                    } else {
+                        until
+                    };
                     let view = HeadView {
                         from: from.max(it.view.from),
                         until: until.min(it.view.until),
                         ..it.view
                     };
-                    let group = rows / it.t;
+                    let rows = it.t * group;
                     let need = tile_scores_len(it.t, group, it.n_ctx);
                     if sc.len() < need {
                         sc.resize(need, 0.0);
                     }
                     let (o, lse) = part.split_at_mut(rows * hd);
+                    let lse = &mut lse[..rows];
                     attend_tile_lse(&view, it.q, it.t, it.n_ctx, &mut sc[..need], o, lse);
                 }
             })
         });
-        for (k, o) in out.chunks_exact_mut(rows * hd).take(items).enumerate() {
-            let p = &parts[k * pieces * unit..(k + 1) * pieces * unit];
-            merge(p, pieces, rows, hd, o);
+        let mut at = 0;
+        for k in 0..items {
+            let rows = item(k).t * group;
+            let p = &parts[first[k] * unit..first[k + 1] * unit];
+            merge(
+                p,
+                unit,
+                first[k + 1] - first[k],
+                rows,
+                hd,
+                &mut out[at..at + rows * hd],
+            );
+            at += rows * hd;
         }
     })
 }
@@ -163,27 +203,36 @@ mod tests {
     use half::f16;
 
     #[test]
-    fn pieces_keep_threads_busy_only_when_items_do_not() {
+    fn contexts_are_cut_only_when_kv_heads_do_not_keep_threads_busy() {
         let t = |n| Threads::new(n).unwrap();
-        assert_eq!(pieces_for(4, 10_000, t(2)), 1);
-        assert_eq!(pieces_for(3, 10_000, t(2)), 3);
-        assert_eq!(pieces_for(1, 10_000, t(16)), 39);
-        assert_eq!(pieces_for(1, 300, t(16)), 1);
-        assert_eq!(pieces_for(64, 10_000, t(16)), 1);
-        assert_eq!(pieces_for(5, 10_000, t(1)), 1);
+        assert_eq!(span_for(4, t(2)), None);
+        assert_eq!(span_for(3, t(2)), Some(1024));
+        assert_eq!(span_for(1, t(16)), Some(MIN_PIECE));
+        assert_eq!(span_for(4, t(3)), Some(704));
+        assert_eq!(span_for(64, t(16)), None);
+        assert_eq!(span_for(5, t(1)), None);
     }
 
     #[test]
     fn piece_ranges_cover_the_context_once() {
-        for (lo, hi, pieces) in [(0, 1, 1), (0, 40_000, 7), (100, 5_000, 16), (3, 70, 5)] {
+        for (lo, hi, span) in [
+            (0, 1, 64),
+            (0, 40_000, 1024),
+            (100, 5_000, 256),
+            (3, 70, 64),
+            (5, 5, 64),
+        ] {
+            let (k0, n) = pieces(lo, hi, span);
+            assert!(n >= 1);
             let mut next = lo;
-            for i in 0..pieces {
-                let (a, b) = piece_range(lo, hi, pieces, i);
+            for k in k0..k0 + n {
+                let (a, b) = piece_range(lo, hi, span, k);
                 assert_eq!(a, next);
-                assert!(a <= b && b <= hi);
+                assert!(a <= b && b <= hi.max(lo));
+                assert!(k == k0 || a % span == 0);
                 next = b;
             }
-            assert_eq!(next, hi);
+            assert_eq!(next, hi.max(lo));
         }
     }
 
@@ -232,12 +281,12 @@ mod tests {
                 let mut scores = vec![0.0; tile_scores_len(t, g, n_ctx)];
                 let mut want = vec![0.0; t * g * hd];
                 attend_tile_reference(&view, &q, t, n_ctx, &mut scores, &mut want, None);
-                let pieces_list: Vec<usize> = if n_ctx == n_max {
-                    vec![2, 16]
+                let spans: Vec<usize> = if n_ctx == n_max {
+                    vec![20_032, 2_560]
                 } else {
-                    (1..=16).collect()
+                    (1..=16).map(|k| k * 64).collect()
                 };
-                for pieces in pieces_list {
+                for (j, span) in spans.into_iter().enumerate() {
                     let mut got = vec![f32::NAN; t * g * hd];
                     let item = |_| Item {
                         view,
@@ -245,13 +294,13 @@ mod tests {
                         t,
                         n_ctx,
                     };
-                    // Thread counts 1..16 as the piece counts go round.
-                    let threads = Threads::new(1 + pieces * 5 % 16).unwrap();
-                    attend_items_split(1, pieces, t * g, hd, item, threads, &mut got);
+                    // Thread counts 1..16 as the spans go round.
+                    let threads = Threads::new(1 + j * 5 % 16).unwrap();
+                    attend_items_split(1, g, hd, span, item, threads, &mut got);
                     for (a, b) in got.iter().zip(&want) {
                         assert!(
                             (a - b).abs() <= 2e-5 * (1.0 + b.abs()),
-                            "{isa:?} n_ctx={n_ctx} t={t} pieces={pieces}: {a} vs {b}"
+                            "{isa:?} n_ctx={n_ctx} t={t} span={span}: {a} vs {b}"
                         );
                     }
                 }

@@ -400,7 +400,7 @@ pub fn decode_attention_rate(
     threads: Threads,
     budget: Duration,
 ) -> f64 {
-    use crate::attention_split::{attend_items_split, pieces_for, Item};
+    use crate::attention_split::{attend_items_split, span_for, Item};
     let (hd, n) = (head_dim.max(1), ctx.max(1));
     let cache = ProbeCache::new(kv_type, hd, n_kv_heads, n);
     let (kv, table) = (cache.kv(n_kv_heads), cache.table());
@@ -409,7 +409,7 @@ pub fn decode_attention_rate(
         .map(|i| ((i % 37) as f32 - 18.0) / 16.0)
         .collect();
     let mut out = vec![0.0f32; n_kv_heads * gq];
-    let pieces = pieces_for(n_kv_heads, n, threads);
+    let span = span_for(n_kv_heads, threads);
     let item = |k: usize| Item {
         view: HeadView::whole(kv, &table, k),
         q: &q[k * gq..(k + 1) * gq],
@@ -418,8 +418,8 @@ pub fn decode_attention_rate(
     };
     let mid = median_pass(budget, 10_000, || {
         let t0 = Instant::now();
-        if pieces > 1 {
-            attend_items_split(n_kv_heads, pieces, group, hd, item, threads, &mut out);
+        if let Some(span) = span {
+            attend_items_split(n_kv_heads, group, hd, span, item, threads, &mut out);
         } else {
             par_chunks(&mut out, gq, threads, |first, piece| {
                 with_scores(tile_scores_len(1, group, n), |sc| {

@@ -30,7 +30,7 @@ pub use crate::naming::Naming;
 use crate::weights::{Tensor, TensorSource};
 use crate::{Error, Result};
 use hasten_kernels::attention::{attend_tile, tile_scores_len, HeadView};
-use hasten_kernels::attention_split::{attend_items_split, pieces_for, Item};
+use hasten_kernels::attention_split::{attend_items_split, span_for, Item};
 use hasten_kernels::matmul::matmul;
 use hasten_kernels::ops::{add_assign, gelu_mul, rms_norm, silu_mul, softcap, Rope};
 use hasten_kernels::threads::{par_chunks, Threads};
@@ -858,19 +858,6 @@ impl Model {
     }
 }
 
-/// Attention of every stacked token over its sequence's cache, into
-/// `att_t` laid out `[kv head][token][group][head_dim]`. `view` carries
-/// the layer's cache, scale, window and soft cap (its table and KV head
-/// are set per tile: the sequences' local tables where `local`).
-///
-/// One work item per (KV head, token), KV heads outermost: each
-/// contiguous piece mixes short and long contexts, balancing the threads
-/// during prefill. Inside a piece, runs of up to ATTN_TILE consecutive
-/// tokens of one sequence form a tile whose K/V rows are read once for all
-/// its tokens and query heads. When the items are too few for the threads
-/// (a decode step of few sequences), each item's context is split across
-/// threads instead ([`hasten_kernels::attention_split`]).
-#[allow(clippy::too_many_arguments)]
 /// Threads for the per-token work of `t` tokens (RoPE, the attention
 /// output's reordering): a decode step's few rows are not worth a
 /// hand-off to the pool.
@@ -882,6 +869,20 @@ fn per_token_threads(t: usize, threads: Threads) -> Threads {
     }
 }
 
+/// Attention of every stacked token over its sequence's cache, into
+/// `att_t` laid out `[kv head][token][group][head_dim]`. `view` carries
+/// the layer's cache, scale, window and soft cap (its table and KV head
+/// are set per tile: the sequences' local tables where `local`).
+///
+/// One work item per (KV head, token), KV heads outermost: each
+/// contiguous piece mixes short and long contexts, balancing the threads
+/// during prefill. Inside a piece, runs of up to ATTN_TILE consecutive
+/// tokens of one sequence form a tile whose K/V rows are read once for all
+/// its tokens and query heads. Where the model's KV heads do not keep the
+/// threads busy, every tile's context is cut at the process's span instead
+/// and the pieces spread over the threads
+/// ([`hasten_kernels::attention_split`]).
+#[allow(clippy::too_many_arguments)]
 fn attend_all(
     c: &Config,
     view: &HeadView<'_>,
@@ -896,27 +897,53 @@ fn attend_all(
     let group = c.n_heads / c.n_kv_heads;
     let t = tok.len();
     let gq = group * hd;
-    // Few (KV head, token) items, or a count the threads do not divide
-    // (a decode step): cut each item's context into pieces instead.
-    let n_max = tok.iter().map(|&(_, pos)| pos + 1).max().unwrap_or(0);
-    let pieces = pieces_for(c.n_kv_heads * t, n_max, threads);
-    if pieces > 1 {
-        let item = |k: usize| {
-            let (kvh, j) = (k / t, k % t);
-            let (seq, pos) = tok[j];
-            let at = j * qd + kvh * gq;
-            Item {
-                view: HeadView {
-                    table: batch[seq].table(local),
-                    kvh,
-                    ..*view
-                },
-                q: &q[at..at + gq],
-                t: 1,
-                n_ctx: pos + 1,
+    // Tokens `j..j + n` of one sequence at consecutive positions, from `j`.
+    let run = |j: usize, limit: usize| {
+        let (seq, pos) = tok[j];
+        let mut n = 1;
+        while n < ATTN_TILE && n < limit && tok[j + n] == (seq, pos + n) {
+            n += 1;
+        }
+        n
+    };
+    if let Some(span) = span_for(c.n_kv_heads, threads) {
+        // Tiles in output order (KV head, then token); their queries
+        // gathered in the same order.
+        let mut tiles = Vec::new();
+        for kvh in 0..c.n_kv_heads {
+            let mut j = 0;
+            while j < t {
+                let n = run(j, t - j);
+                tiles.push((kvh, j, n));
+                j += n;
             }
-        };
-        attend_items_split(c.n_kv_heads * t, pieces, group, hd, item, threads, att_t);
+        }
+        ATTN_BUF.with(|buf| {
+            let qt = &mut buf.borrow_mut().1;
+            qt.clear();
+            for kvh in 0..c.n_kv_heads {
+                for j in 0..t {
+                    let at = j * qd + kvh * gq;
+                    qt.extend_from_slice(&q[at..at + gq]);
+                }
+            }
+            let item = |k: usize| {
+                let (kvh, j, n) = tiles[k];
+                let (seq, pos) = tok[j];
+                let at = (kvh * t + j) * gq;
+                Item {
+                    view: HeadView {
+                        table: batch[seq].table(local),
+                        kvh,
+                        ..*view
+                    },
+                    q: &qt[at..at + n * gq],
+                    t: n,
+                    n_ctx: pos + 1,
+                }
+            };
+            attend_items_split(tiles.len(), group, hd, span, item, threads, att_t);
+        });
         return;
     }
     par_chunks(att_t, gq, threads, |first, piece| {
@@ -927,10 +954,7 @@ fn attend_all(
             while i < items {
                 let (kvh, j) = ((first + i) / t, (first + i) % t);
                 let (seq, pos) = tok[j];
-                let mut n = 1;
-                while n < ATTN_TILE && i + n < items && j + n < t && tok[j + n] == (seq, pos + n) {
-                    n += 1;
-                }
+                let n = run(j, (items - i).min(t - j));
                 qt.clear();
                 for tj in j..j + n {
                     let at = tj * qd + kvh * gq;

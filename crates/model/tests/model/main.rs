@@ -551,7 +551,8 @@ fn split_context_decode_equals_one_thread() {
     let m = gguf_model(&fx, &dir);
     let prompt: Vec<u32> = (0..1100u32).map(|i| 3 + (i * 7919) % 31000).collect();
     let two = Threads::new(2).unwrap();
-    assert!(hasten_kernels::attention_split::pieces_for(1, prompt.len(), two) > 1);
+    let span = hasten_kernels::attention_split::span_for(1, two);
+    assert!(span.is_some_and(|s| s < prompt.len()), "{span:?}");
     let mut split = Session::new(&m, 1200, two);
     let mut whole = Session::new(&m, 1200, Threads::ONE);
     split.feed(&prompt).unwrap();

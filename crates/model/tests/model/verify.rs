@@ -3,8 +3,8 @@
 //! which steps drafted (measured: the AVX-512 f16 attention used to pick
 //! its scoring kernel by a tile's rows, so a decode step's three query
 //! rows and a five-token verification's fifteen rounded differently).
-//! One thread: split-context decode (several threads, contexts of 512+)
-//! merges pieces and is not bit-exact with an unsplit tile. The AVX-512
+//! Split-context decode (several threads, KV heads they do not divide)
+//! merges pieces cut at the same positions in both. The AVX-512
 //! integer tile over a Q8_0 or Q4_0 cache used to bound a row's V weights
 //! by V scales at positions only later rows see, and tiles of more than
 //! 64 rows took another softmax: both fixed (kernel test
@@ -44,6 +44,39 @@ fn verification_rows_give_the_decode_steps_logits() {
                         .count();
                     assert_eq!(differ, 0, "{name} {ty:?} prompt {plen}, {rows} rows");
                 }
+            }
+        }
+    }
+}
+
+/// Two threads on a model of one KV head: a decode step cuts its context
+/// into pieces across the threads, and a verification's rows are cut at
+/// the same positions (the process's span), so they still get a decode
+/// step's bits, also where the drafts cross a cut (1,020 + 6 > 1,024).
+#[test]
+fn verification_rows_give_split_decode_steps_logits() {
+    let fx = Fixture {
+        n_kv_heads: 1,
+        context_length: 2048,
+        ..Fixture::tiny(GgmlType::Q8_0)
+    };
+    let model = load_fixture(&fx).unwrap().model;
+    let two = Threads::new(2).unwrap();
+    let span = hasten_kernels::attention_split::span_for(1, two);
+    assert!(span.is_some_and(|s| s > 1020 && s < 1026), "{span:?}");
+    for ty in [KvType::F16, KvType::Q8_0] {
+        for plen in [1020, 1500] {
+            let prompt: Vec<u32> = (0..plen as u32).map(|i| 3 + i * 7 % 200).collect();
+            let drafts = [42u32, 55, 68, 81, 94, 107];
+            let want = first_row_logits(&model, ty, &prompt, &drafts[..1], two).unwrap();
+            for rows in 2..=drafts.len() {
+                let got = first_row_logits(&model, ty, &prompt, &drafts[..rows], two).unwrap();
+                let differ = want
+                    .iter()
+                    .zip(&got)
+                    .filter(|(a, b)| a.to_bits() != b.to_bits())
+                    .count();
+                assert_eq!(differ, 0, "{ty:?} prompt {plen}, {rows} rows");
             }
         }
     }
