@@ -15,10 +15,12 @@ the model; it needs HASTEN_BIN, HASTEN_MODEL and HASTEN_TEST_PKI (a folder with
 ca.pem, cert.pem and key.pem).
 """
 
+import collections
 import os
 import re
 import ssl
 import subprocess
+import threading
 import time
 import unittest
 import urllib.request
@@ -57,6 +59,11 @@ class Server:
                 self.url = m.group(1)
             if time.time() > deadline:
                 raise RuntimeError("hasten serve did not start")
+        # Keep reading the log: a full stderr pipe would block the server
+        # mid-request (a test that polls /metrics hundreds of times hung
+        # CI that way). The last lines stay for a failing test to print.
+        self.log = collections.deque(maxlen=200)
+        threading.Thread(target=self._drain, daemon=True).start()
         while True:
             try:
                 with urllib.request.urlopen(self.url + "/ready", context=ssl_context) as r:
@@ -67,6 +74,10 @@ class Server:
             if time.time() > deadline:
                 raise RuntimeError("hasten serve never became ready")
             time.sleep(0.05)
+
+    def _drain(self):
+        for line in self.proc.stderr:
+            self.log.append(line)
 
     def client(self, key=KEY, **kw):
         return openai.OpenAI(base_url=self.url + "/v1", api_key=key, max_retries=0, **kw)

@@ -169,12 +169,19 @@ class Background(unittest.TestCase):
         # A finished background response can be continued.
         nxt = c.responses.create(model="tiny", input="more", previous_response_id=r.id, max_output_tokens=2)
         self.assertGreater(nxt.usage.input_tokens, fg.usage.input_tokens)
-        # A long one cancelled at once ends cancelled (400 tokens with no
-        # end-of-text take far longer than the cancel's round trip), and its
-        # engine request is cancelled too.
+        # A long one cancelled once the engine has it ends cancelled (400
+        # tokens with no end-of-text take far longer than the cancel's
+        # round trip), and its engine request is cancelled too. (Cancelled
+        # before its task ran, it never reaches the engine: nothing there
+        # to count; CI saw that once on a loaded machine.)
         before = metric("hasten_requests_cancelled_total")
+        admitted = metric("hasten_requests_admitted_total")
         long = c.responses.create(model="tiny", input="Once upon a time", max_output_tokens=400,
                                   background=True, extra_body={"ignore_eos": True})
+        deadline = time.time() + 10
+        while metric("hasten_requests_admitted_total") <= admitted:
+            self.assertLess(time.time(), deadline, "the engine never admitted the request")
+            time.sleep(0.002)
         cancelled = c.responses.cancel(long.id)
         self.assertEqual(cancelled.status, "cancelled")
         self.assertEqual(c.responses.retrieve(long.id).status, "cancelled")
