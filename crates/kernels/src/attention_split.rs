@@ -34,8 +34,10 @@ pub const MIN_PIECE: usize = 256;
 /// positions at a time, the integer V sum 64).
 const ALIGN: usize = 64;
 /// Positions of one KV head's context shared among the threads per span:
-/// 2 threads cut at 1,024 positions, 8 and more at [`MIN_PIECE`].
-const SPAN_WORK: usize = 2048;
+/// 2 threads cut at 2,048 positions, 16 at [`MIN_PIECE`]. (At 1,024 the
+/// 135M shape's 16k-deep decode step was 3% slower than with the old
+/// per-step cut, at 2,048 as fast: each piece is a tile call.)
+const SPAN_WORK: usize = 4096;
 
 /// The span at whose multiples every tile's context is cut, for a model of
 /// `n_kv_heads` KV heads run on `threads`: `None` (never cut) on one
@@ -74,10 +76,10 @@ pub fn merge(parts: &[f32], stride: usize, pieces: usize, rows: usize, hd: usize
         if top == f32::NEG_INFINITY {
             continue;
         }
-        let weights: Vec<f64> = (0..pieces).map(|i| ((lse(i) - top) as f64).exp()).collect();
-        let total: f64 = weights.iter().sum();
-        for (i, w) in weights.iter().enumerate() {
-            let w = (w / total) as f32;
+        let weight = |i: usize| ((lse(i) - top) as f64).exp();
+        let total: f64 = (0..pieces).map(weight).sum();
+        for i in 0..pieces {
+            let w = (weight(i) / total) as f32;
             if w == 0.0 {
                 continue;
             }
@@ -114,6 +116,95 @@ thread_local! {
     static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     /// The caller's buffer of pieces' partial results.
     static PARTS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// The pieces of the item [`attend_item_cut`] has in flight.
+    static ITEM_PARTS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Piece `rel` (counted from the item's first) of `it`'s context cut at
+/// multiples of `span`, attended into `part`: the normalized outputs of
+/// its `t * group` rows of `hd`, then their log-sum-exps. `last` marks the
+/// item's last piece, which also holds the tile's later tokens.
+#[allow(clippy::too_many_arguments)]
+fn attend_piece(
+    it: &Item<'_>,
+    group: usize,
+    hd: usize,
+    span: usize,
+    rel: usize,
+    last: bool,
+    sc: &mut Vec<f32>,
+    part: &mut [f32],
+) {
+    let rows = it.t * group;
+    let (o, lse) = part.split_at_mut(rows * hd);
+    attend_range(it, group, span, rel, last, sc, o, &mut lse[..rows]);
+}
+
+/// Piece `rel` of `it` (see [`attend_piece`]): outputs into `o`,
+/// log-sum-exps into `lse`.
+#[allow(clippy::too_many_arguments)]
+fn attend_range(
+    it: &Item<'_>,
+    group: usize,
+    span: usize,
+    rel: usize,
+    last: bool,
+    sc: &mut Vec<f32>,
+    o: &mut [f32],
+    lse: &mut [f32],
+) {
+    let (lo, hi) = it.seen();
+    let (from, until) = piece_range(lo, hi, span, pieces(lo, hi, span).0 + rel);
+    let until = if last { usize::MAX } else { until };
+    let view = HeadView {
+        from: from.max(it.view.from),
+        until: until.min(it.view.until),
+        ..it.view
+    };
+    let need = tile_scores_len(it.t, group, it.n_ctx);
+    if sc.len() < need {
+        sc.resize(need, 0.0);
+    }
+    attend_tile_lse(&view, it.q, it.t, it.n_ctx, &mut sc[..need], o, lse);
+}
+
+/// One item attended piece by piece on this thread and merged into `out`
+/// (`t * group` rows of `hd`): the same bits as [`attend_items_split`]
+/// gives it, for steps whose items alone keep the threads busy (a prefill,
+/// a batch).
+pub fn attend_item_cut(it: &Item<'_>, group: usize, hd: usize, span: usize, out: &mut [f32]) {
+    let (lo, hi) = it.seen();
+    let n = pieces(lo, hi, span).1;
+    let rows = it.t * group;
+    let unit = rows * (hd + 1);
+    if n == 1 {
+        // What the merge of one piece gives: its outputs (`+ 0.0` makes a
+        // -0 the merge's +0).
+        SCORES.with(|sc| {
+            let (mut stack, mut heap) = ([0.0f32; 256], Vec::new());
+            let lse = if rows <= stack.len() {
+                &mut stack[..rows]
+            } else {
+                heap.resize(rows, 0.0);
+                &mut heap[..]
+            };
+            let o = &mut out[..rows * hd];
+            attend_range(it, group, span, 0, true, &mut sc.borrow_mut(), o, lse);
+            o.iter_mut().for_each(|x| *x += 0.0);
+        });
+        return;
+    }
+    SCORES.with(|sc| {
+        ITEM_PARTS.with(|parts| {
+            let (mut sc, mut parts) = (sc.borrow_mut(), parts.borrow_mut());
+            parts.clear();
+            parts.resize(n * unit, 0.0);
+            for (i, part) in parts.chunks_exact_mut(unit).enumerate() {
+                attend_piece(it, group, hd, span, i, i + 1 == n, &mut sc, part);
+            }
+            merge(&parts, unit, n, rows, hd, &mut out[..rows * hd]);
+        })
+    })
 }
 
 /// Attention of `items` work items (`item(k)` describes item `k`), each
@@ -151,29 +242,8 @@ pub fn attend_items_split<'a>(
                 for (u, part) in chunk.chunks_exact_mut(unit).enumerate() {
                     let u = first_unit + u;
                     let k = first.partition_point(|&f| f <= u) - 1;
-                    let it = item(k);
-                    let (lo, hi) = it.seen();
-                    let i = pieces(lo, hi, span).0 + (u - first[k]);
-                    let (from, until) = piece_range(lo, hi, span, i);
-                    // The last piece also holds the tile's later tokens.
-                    let until = if u + 1 == first[k + 1] {
-                        usize::MAX
-                    } else {
-                        until
-                    };
-                    let view = HeadView {
-                        from: from.max(it.view.from),
-                        until: until.min(it.view.until),
-                        ..it.view
-                    };
-                    let rows = it.t * group;
-                    let need = tile_scores_len(it.t, group, it.n_ctx);
-                    if sc.len() < need {
-                        sc.resize(need, 0.0);
-                    }
-                    let (o, lse) = part.split_at_mut(rows * hd);
-                    let lse = &mut lse[..rows];
-                    attend_tile_lse(&view, it.q, it.t, it.n_ctx, &mut sc[..need], o, lse);
+                    let (rel, last) = (u - first[k], u + 1 == first[k + 1]);
+                    attend_piece(&item(k), group, hd, span, rel, last, &mut sc, part);
                 }
             })
         });
@@ -181,14 +251,8 @@ pub fn attend_items_split<'a>(
         for k in 0..items {
             let rows = item(k).t * group;
             let p = &parts[first[k] * unit..first[k + 1] * unit];
-            merge(
-                p,
-                unit,
-                first[k + 1] - first[k],
-                rows,
-                hd,
-                &mut out[at..at + rows * hd],
-            );
+            let n = first[k + 1] - first[k];
+            merge(p, unit, n, rows, hd, &mut out[at..at + rows * hd]);
             at += rows * hd;
         }
     })
@@ -206,9 +270,9 @@ mod tests {
     fn contexts_are_cut_only_when_kv_heads_do_not_keep_threads_busy() {
         let t = |n| Threads::new(n).unwrap();
         assert_eq!(span_for(4, t(2)), None);
-        assert_eq!(span_for(3, t(2)), Some(1024));
+        assert_eq!(span_for(3, t(2)), Some(2048));
         assert_eq!(span_for(1, t(16)), Some(MIN_PIECE));
-        assert_eq!(span_for(4, t(3)), Some(704));
+        assert_eq!(span_for(4, t(3)), Some(1408));
         assert_eq!(span_for(64, t(16)), None);
         assert_eq!(span_for(5, t(1)), None);
     }
@@ -297,6 +361,15 @@ mod tests {
                     // Thread counts 1..16 as the spans go round.
                     let threads = Threads::new(1 + j * 5 % 16).unwrap();
                     attend_items_split(1, g, hd, span, item, threads, &mut got);
+                    // On one thread, piece by piece: the same bits.
+                    let mut one = vec![f32::NAN; t * g * hd];
+                    attend_item_cut(&item(0), g, hd, span, &mut one);
+                    assert!(
+                        one.iter()
+                            .zip(&got)
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{isa:?} n_ctx={n_ctx} t={t} span={span}: cut on one thread differs"
+                    );
                     for (a, b) in got.iter().zip(&want) {
                         assert!(
                             (a - b).abs() <= 2e-5 * (1.0 + b.abs()),

@@ -30,7 +30,7 @@ pub use crate::naming::Naming;
 use crate::weights::{Tensor, TensorSource};
 use crate::{Error, Result};
 use hasten_kernels::attention::{attend_tile, tile_scores_len, HeadView};
-use hasten_kernels::attention_split::{attend_items_split, span_for, Item};
+use hasten_kernels::attention_split::{attend_item_cut, attend_items_split, span_for, Item};
 use hasten_kernels::matmul::matmul;
 use hasten_kernels::ops::{add_assign, gelu_mul, rms_norm, silu_mul, softcap, Rope};
 use hasten_kernels::threads::{par_chunks, Threads};
@@ -879,9 +879,10 @@ fn per_token_threads(t: usize, threads: Threads) -> Threads {
 /// during prefill. Inside a piece, runs of up to ATTN_TILE consecutive
 /// tokens of one sequence form a tile whose K/V rows are read once for all
 /// its tokens and query heads. Where the model's KV heads do not keep the
-/// threads busy, every tile's context is cut at the process's span instead
-/// and the pieces spread over the threads
-/// ([`hasten_kernels::attention_split`]).
+/// threads busy, every tile's context is cut at the process's span
+/// ([`hasten_kernels::attention_split`]): in a step of few items (a decode
+/// step) the pieces are spread over the threads, otherwise each tile's are
+/// attended in turn on its thread (the same bits either way).
 #[allow(clippy::too_many_arguments)]
 fn attend_all(
     c: &Config,
@@ -906,7 +907,11 @@ fn attend_all(
         }
         n
     };
-    if let Some(span) = span_for(c.n_kv_heads, threads) {
+    let span = span_for(c.n_kv_heads, threads);
+    let th = threads.get();
+    let few = c.n_kv_heads * t < 4 * th && !(c.n_kv_heads * t).is_multiple_of(th);
+    if let Some(span) = span.filter(|_| few) {
+        // A decode step's few items: their pieces spread over the threads.
         // Tiles in output order (KV head, then token); their queries
         // gathered in the same order.
         let mut tiles = Vec::new();
@@ -970,7 +975,19 @@ fn attend_all(
                     ..*view
                 };
                 let out = &mut piece[i * gq..(i + n) * gq];
-                attend_tile(&view, qt, n, pos + 1, &mut sc[..need], out);
+                match span {
+                    // The same pieces as a spread step's, one after another.
+                    Some(span) => {
+                        let it = Item {
+                            view,
+                            q: qt,
+                            t: n,
+                            n_ctx: pos + 1,
+                        };
+                        attend_item_cut(&it, group, hd, span, out)
+                    }
+                    None => attend_tile(&view, qt, n, pos + 1, &mut sc[..need], out),
+                }
                 i += n;
             }
         })

@@ -52,20 +52,20 @@ fn verification_rows_give_the_decode_steps_logits() {
 /// Two threads on a model of one KV head: a decode step cuts its context
 /// into pieces across the threads, and a verification's rows are cut at
 /// the same positions (the process's span), so they still get a decode
-/// step's bits, also where the drafts cross a cut (1,020 + 6 > 1,024).
+/// step's bits, also where the drafts cross a cut (2,044 + 6 > 2,048).
 #[test]
 fn verification_rows_give_split_decode_steps_logits() {
     let fx = Fixture {
         n_kv_heads: 1,
-        context_length: 2048,
+        context_length: 4096,
         ..Fixture::tiny(GgmlType::Q8_0)
     };
     let model = load_fixture(&fx).unwrap().model;
     let two = Threads::new(2).unwrap();
     let span = hasten_kernels::attention_split::span_for(1, two);
-    assert!(span.is_some_and(|s| s > 1020 && s < 1026), "{span:?}");
+    assert!(span.is_some_and(|s| s > 2044 && s < 2050), "{span:?}");
     for ty in [KvType::F16, KvType::Q8_0] {
-        for plen in [1020, 1500] {
+        for plen in [2044, 2600] {
             let prompt: Vec<u32> = (0..plen as u32).map(|i| 3 + i * 7 % 200).collect();
             let drafts = [42u32, 55, 68, 81, 94, 107];
             let want = first_row_logits(&model, ty, &prompt, &drafts[..1], two).unwrap();
