@@ -65,7 +65,9 @@ fn verification_rows_give_split_decode_steps_logits() {
     let span = hasten_kernels::attention_split::span_for(1, two);
     assert!(span.is_some_and(|s| s > 2044 && s < 2050), "{span:?}");
     for ty in [KvType::F16, KvType::Q8_0] {
-        for plen in [2044, 2600] {
+        // Drafts at 2,044..2,050: on both sides of the cut (one prompt
+        // length only: each pass prefills 2k tokens, a minute in CI).
+        for plen in [2044] {
             let prompt: Vec<u32> = (0..plen as u32).map(|i| 3 + i * 7 % 200).collect();
             let drafts = [42u32, 55, 68, 81, 94, 107];
             let want = first_row_logits(&model, ty, &prompt, &drafts[..1], two).unwrap();
