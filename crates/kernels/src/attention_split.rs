@@ -121,27 +121,9 @@ thread_local! {
 }
 
 /// Piece `rel` (counted from the item's first) of `it`'s context cut at
-/// multiples of `span`, attended into `part`: the normalized outputs of
-/// its `t * group` rows of `hd`, then their log-sum-exps. `last` marks the
-/// item's last piece, which also holds the tile's later tokens.
-#[allow(clippy::too_many_arguments)]
-fn attend_piece(
-    it: &Item<'_>,
-    group: usize,
-    hd: usize,
-    span: usize,
-    rel: usize,
-    last: bool,
-    sc: &mut Vec<f32>,
-    part: &mut [f32],
-) {
-    let rows = it.t * group;
-    let (o, lse) = part.split_at_mut(rows * hd);
-    attend_range(it, group, span, rel, last, sc, o, &mut lse[..rows]);
-}
-
-/// Piece `rel` of `it` (see [`attend_piece`]): outputs into `o`,
-/// log-sum-exps into `lse`.
+/// multiples of `span`: the normalized outputs of its `t * group` rows
+/// into `o`, their log-sum-exps into `lse`. `last` marks the item's last
+/// piece, which also holds the tile's later tokens.
 #[allow(clippy::too_many_arguments)]
 fn attend_range(
     it: &Item<'_>,
@@ -200,7 +182,8 @@ pub fn attend_item_cut(it: &Item<'_>, group: usize, hd: usize, span: usize, out:
             parts.clear();
             parts.resize(n * unit, 0.0);
             for (i, part) in parts.chunks_exact_mut(unit).enumerate() {
-                attend_piece(it, group, hd, span, i, i + 1 == n, &mut sc, part);
+                let (o, lse) = part.split_at_mut(rows * hd);
+                attend_range(it, group, span, i, i + 1 == n, &mut sc, o, &mut lse[..rows]);
             }
             merge(&parts, unit, n, rows, hd, &mut out[..rows * hd]);
         })
@@ -243,7 +226,10 @@ pub fn attend_items_split<'a>(
                     let u = first_unit + u;
                     let k = first.partition_point(|&f| f <= u) - 1;
                     let (rel, last) = (u - first[k], u + 1 == first[k + 1]);
-                    attend_piece(&item(k), group, hd, span, rel, last, &mut sc, part);
+                    let it = item(k);
+                    let rows = it.t * group;
+                    let (o, lse) = part.split_at_mut(rows * hd);
+                    attend_range(&it, group, span, rel, last, &mut sc, o, &mut lse[..rows]);
                 }
             })
         });

@@ -16,6 +16,16 @@ use hasten_kernels::threads::Threads;
 use hasten_model::llama::Model;
 use hasten_model::testing::{first_row_logits, load_fixture, Fixture};
 
+/// Asserts `got` has `want`'s bits, value for value.
+fn same_bits(want: &[f32], got: &[f32], what: &str) {
+    let differ = want
+        .iter()
+        .zip(got)
+        .filter(|(a, b)| a.to_bits() != b.to_bits())
+        .count();
+    assert_eq!(differ, 0, "{what}: {differ} logits differ");
+}
+
 /// The first-row logits of feeding `toks` after `prompt`, one thread.
 fn first_row(model: &Model, ty: KvType, prompt: &[u32], toks: &[u32]) -> Vec<f32> {
     first_row_logits(model, ty, prompt, toks, Threads::ONE).unwrap()
@@ -37,12 +47,11 @@ fn verification_rows_give_the_decode_steps_logits() {
                 let want = first_row(&model, ty, &prompt, &drafts[..1]);
                 for rows in 2..=drafts.len() {
                     let got = first_row(&model, ty, &prompt, &drafts[..rows]);
-                    let differ = want
-                        .iter()
-                        .zip(&got)
-                        .filter(|(a, b)| a.to_bits() != b.to_bits())
-                        .count();
-                    assert_eq!(differ, 0, "{name} {ty:?} prompt {plen}, {rows} rows");
+                    same_bits(
+                        &want,
+                        &got,
+                        &format!("{name} {ty:?} prompt {plen}, {rows} rows"),
+                    );
                 }
             }
         }
@@ -73,12 +82,7 @@ fn verification_rows_give_split_decode_steps_logits() {
             let want = first_row_logits(&model, ty, &prompt, &drafts[..1], two).unwrap();
             for rows in 2..=drafts.len() {
                 let got = first_row_logits(&model, ty, &prompt, &drafts[..rows], two).unwrap();
-                let differ = want
-                    .iter()
-                    .zip(&got)
-                    .filter(|(a, b)| a.to_bits() != b.to_bits())
-                    .count();
-                assert_eq!(differ, 0, "{ty:?} prompt {plen}, {rows} rows");
+                same_bits(&want, &got, &format!("{ty:?} prompt {plen}, {rows} rows"));
             }
         }
     }
