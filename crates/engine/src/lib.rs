@@ -430,7 +430,15 @@ impl Engine {
             kv_windowed_bytes,
         };
         let shared = Arc::new(Shared::default());
-        let metrics = Arc::new(Mutex::new(Metrics::default()));
+        // The pool's size is known now: a scrape before the engine thread
+        // has built its core (it allocates the KV cache) sees it, not 0
+        // (a fleet test read `num_gpu_blocks="0"` that way).
+        let metrics = Arc::new(Mutex::new(Metrics {
+            kv_blocks_total: cfg.kv_blocks(),
+            kv_blocks_free: cfg.kv_blocks(),
+            kv_capacity_tokens: cfg.kv_blocks() * cfg.block_size,
+            ..Metrics::default()
+        }));
         let (tx, rx) = mpsc::channel();
         let in_flight = Arc::new(AtomicUsize::new(0));
         let flight = in_flight.clone();
