@@ -33,6 +33,7 @@ pub const CHUNK: usize = 16;
 pub const V_CHUNK: usize = 64;
 
 /// Query rows quantized to Q8_0 for the integer scores.
+#[derive(Default)]
 pub struct QuantQuery {
     /// `rows * hd` int8 values.
     pub q: Vec<i8>,
@@ -43,15 +44,34 @@ pub struct QuantQuery {
     pub offset: Vec<i32>,
 }
 
+impl QuantQuery {
+    /// No rows (buffers a tile kernel keeps and refills).
+    pub const fn new() -> Self {
+        QuantQuery {
+            q: Vec::new(),
+            d: Vec::new(),
+            offset: Vec::new(),
+        }
+    }
+}
+
 /// Quantizes `rows` query rows of `hd` values (a multiple of 32) to Q8_0
 /// blocks, folding `scale` into the block scales.
 pub fn quantize_query(q: &[f32], rows: usize, hd: usize, scale: f32) -> QuantQuery {
+    let mut out = QuantQuery::new();
+    quantize_query_into(q, rows, hd, scale, &mut out);
+    out
+}
+
+/// [`quantize_query`] into `out`'s buffers (their capacity kept).
+pub fn quantize_query_into(q: &[f32], rows: usize, hd: usize, scale: f32, out: &mut QuantQuery) {
     let nb = hd / QK;
-    let mut out = QuantQuery {
-        q: vec![0; rows * hd],
-        d: vec![0.0; rows * nb],
-        offset: vec![0; rows * nb],
-    };
+    out.q.clear();
+    out.q.resize(rows * hd, 0);
+    out.d.clear();
+    out.d.resize(rows * nb, 0.0);
+    out.offset.clear();
+    out.offset.resize(rows * nb, 0);
     for (i, (src, dst)) in q[..rows * hd]
         .chunks_exact(QK)
         .zip(out.q.chunks_exact_mut(QK))
@@ -62,13 +82,22 @@ pub fn quantize_query(q: &[f32], rows: usize, hd: usize, scale: f32) -> QuantQue
         let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
         let mut sum = 0i32;
         for (o, &x) in dst.iter_mut().zip(src) {
-            *o = (x * inv).round().clamp(-127.0, 127.0) as i8;
+            *o = round_away(x * inv).clamp(-127, 127) as i8;
             sum += *o as i32;
         }
         out.d[i] = d * scale;
         out.offset[i] = 128 * sum;
     }
-    out
+}
+
+/// `x.round()` (halves away from zero) as an integer, for `|x| < 2^23`,
+/// without the libm call `round` is on CPUs before SSE4.1 (the baseline
+/// this crate's portable code is built for): adding the float just below
+/// one half (its rounding ties to even make a half carry over) and
+/// truncating, as LLVM lowers `round` where it has no instruction for it.
+#[inline]
+pub fn round_away(x: f32) -> i32 {
+    (x + 0.499_999_97f32.copysign(x)) as i32
 }
 
 /// Below this, a chunk's largest weight is taken as this (weights that
@@ -330,6 +359,24 @@ pub(crate) mod test_cache {
 mod tests {
     use super::test_cache::Cache;
     use super::*;
+
+    /// `round_away` is `round` at halves, their neighbours a few ulps
+    /// away either side, and spread values, over the quantizer's range.
+    #[test]
+    fn round_away_is_round() {
+        let mut xs = vec![0.0f32, -0.0, 1e-30, -1e-30];
+        for k in -300..=300 {
+            let h = k as f32 + 0.5;
+            for d in -4i32..=4 {
+                let b = (h.abs().to_bits() as i32 + d) as u32;
+                xs.push(f32::from_bits(b).copysign(h));
+            }
+        }
+        xs.extend((0..100_000).map(|i| ((i as f32) * 0.618_034).sin() * 140.0));
+        for x in xs {
+            assert_eq!(round_away(x), x.round() as i32, "{x:e}");
+        }
+    }
 
     /// The quantized weights keep the sum near the exact one: the
     /// reference's V sum against the same sum in f32.

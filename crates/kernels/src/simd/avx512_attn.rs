@@ -28,9 +28,10 @@
 
 use super::avx512_attn_v::weighted_v_q8;
 use super::avx512_rows::{block_scales, HeadRows, Wide, LANES, MAX_ROW};
-use crate::attention_q8::{quantize_query, QuantQuery, BLOCK_BYTES, QK};
+use crate::attention_q8::{quantize_query_into, QuantQuery, BLOCK_BYTES, QK};
 use crate::rows::{HeadView, KvRows, KvType};
 use std::arch::x86_64::*;
+use std::cell::RefCell;
 
 /// Scaled scores of `rows` quantized query rows (`qq`)
 /// against the K rows `k` of `view` (Q8_0 or Q4_0) at positions `start..n_last`
@@ -39,7 +40,8 @@ use std::arch::x86_64::*;
 /// position of the range; what a row does not see is overwritten by the
 /// softmax that follows. `row_max[r]` gets the largest of row `r`'s scores
 /// at `start..n_last` (what the softmax needs when the row sees exactly
-/// those positions, as a decode row without a window does).
+/// those positions, as a decode row without a window does). `bufs` is
+/// scratch (its contents do not matter).
 ///
 /// # Safety
 /// AVX-512 F/BW/VL/VNNI are available; `hd` is a multiple of 32 and at
@@ -59,6 +61,7 @@ pub(crate) unsafe fn scores_q8(
     w: usize,
     scores: &mut [f32],
     row_max: &mut [f32],
+    bufs: &mut ScoreBufs,
 ) {
     let hd = view.kv.head_dim;
     let nb = hd / QK;
@@ -68,17 +71,22 @@ pub(crate) unsafe fn scores_q8(
     let flip = _mm512_set1_epi8(-128);
     let lo_idx = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
     let hi_idx = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+    let ScoreBufs { acc, max, neg } = bufs;
     // Partial scores of heads of more than two blocks.
-    let mut acc = vec![0.0f32; if nb > 2 { rows * LANES } else { 0 }];
-    let mut max = vec![_mm512_set1_ps(f32::NEG_INFINITY); rows];
+    acc.clear();
+    acc.resize(if nb > 2 { rows * LANES } else { 0 }, 0.0);
+    max.clear();
+    max.resize(rows, _mm512_set1_ps(f32::NEG_INFINITY));
     let mut ptr = [std::ptr::null(); LANES];
     let (q, qd) = (&qq.q[..rows * hd], &qq.d[..rows * nb]);
     // What the unsigned K adds to each block's dot product, taken off by
     // starting its sum there.
-    let neg: Vec<__m512i> = qq.offset[..rows * nb]
-        .iter()
-        .map(|&o| _mm512_set1_epi32(-o))
-        .collect();
+    neg.clear();
+    neg.extend(
+        qq.offset[..rows * nb]
+            .iter()
+            .map(|&o| _mm512_set1_epi32(-o)),
+    );
     for p0 in (start..n_last).step_by(LANES) {
         head.rows(k, p0, n_last, &zero, &mut wide, &mut ptr);
         let store: __mmask16 = ((1u32 << (w - p0).min(LANES)) - 1) as u16;
@@ -137,7 +145,7 @@ pub(crate) unsafe fn scores_q8(
             }
         }
     }
-    for (o, m) in row_max[..rows].iter_mut().zip(&max) {
+    for (o, m) in row_max[..rows].iter_mut().zip(max.iter()) {
         *o = _mm512_reduce_max_ps(*m);
     }
 }
@@ -216,28 +224,75 @@ pub(super) unsafe fn tile_q8k(
 ) {
     let (n_last, w, start) = super::avx2_attn::tile_span(view, t, n_ctx);
     let (hd, rows) = (view.kv.head_dim, t * g);
-    let qq = quantize_query(q, rows, hd, view.scale);
-    // SAFETY: the caller's contract.
-    unsafe {
-        let mut row_max = vec![0.0f32; rows];
-        scores_q8(view, k, &qq, rows, start, n_last, w, scores, &mut row_max);
-        match view.kv.v {
-            KvRows::Quant(KvType::Q8_0 | KvType::Q4_0, v) => {
-                let rm = Some(&row_max[..]);
-                // The positions each row sees, as the softmax takes them.
-                let seen: Vec<(usize, usize)> = (0..rows)
-                    .map(|r| {
+    SCRATCH.with(|cell| {
+        let mut guard = cell.borrow_mut();
+        let Scratch {
+            qq,
+            row_max,
+            seen,
+            bufs,
+        } = &mut *guard;
+        quantize_query_into(q, rows, hd, view.scale, qq);
+        row_max.clear();
+        row_max.resize(rows, 0.0);
+        // SAFETY: the caller's contract.
+        unsafe {
+            scores_q8(view, k, qq, rows, start, n_last, w, scores, row_max, bufs);
+            match view.kv.v {
+                KvRows::Quant(KvType::Q8_0 | KvType::Q4_0, v) => {
+                    let rm = Some(&row_max[..]);
+                    // The positions each row sees, as the softmax takes them.
+                    seen.clear();
+                    seen.extend((0..rows).map(|r| {
                         let n = n_ctx + r / g;
                         (view.first_visible(n), view.visible_end(n))
+                    }));
+                    softmax_and_sum(view, t, g, n_ctx, start, rm, scores, lse, out, |s, o| {
+                        weighted_v_q8(view, v, s, &seen[..], start, n_last, w, o)
                     })
-                    .collect();
-                softmax_and_sum(view, t, g, n_ctx, start, rm, scores, lse, out, |s, o| {
-                    weighted_v_q8(view, v, s, &seen, start, n_last, w, o)
-                })
+                }
+                _ => super::avx2_attn::finish_tile(view, t, g, n_ctx, start, scores, out, lse),
             }
-            _ => super::avx2_attn::finish_tile(view, t, g, n_ctx, start, scores, out, lse),
+        }
+    })
+}
+
+/// The registers and partial sums [`scores_q8`] keeps per query row.
+#[derive(Default)]
+pub(crate) struct ScoreBufs {
+    acc: Vec<f32>,
+    max: Vec<__m512>,
+    neg: Vec<__m512i>,
+}
+
+impl ScoreBufs {
+    const fn new() -> Self {
+        ScoreBufs {
+            acc: Vec::new(),
+            max: Vec::new(),
+            neg: Vec::new(),
         }
     }
+}
+
+/// What [`tile_q8k`] refills on each call rather than allocates: a split
+/// decode step calls it once per piece of each KV head's context.
+struct Scratch {
+    qq: QuantQuery,
+    row_max: Vec<f32>,
+    seen: Vec<(usize, usize)>,
+    bufs: ScoreBufs,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = const {
+        RefCell::new(Scratch {
+            qq: QuantQuery::new(),
+            row_max: Vec::new(),
+            seen: Vec::new(),
+            bufs: ScoreBufs::new(),
+        })
+    };
 }
 
 /// The softmax of the tile's scores, then `sum_v(weights, out)`: where it
@@ -413,7 +468,16 @@ mod tests {
             // SAFETY: AVX-512 VNNI detected; shapes as the kernel requires.
             unsafe {
                 super::scores_q8(
-                    &view, &c.bytes, &qq, rows, start, n_last, w, &mut got, &mut max,
+                    &view,
+                    &c.bytes,
+                    &qq,
+                    rows,
+                    start,
+                    n_last,
+                    w,
+                    &mut got,
+                    &mut max,
+                    &mut Default::default(),
                 )
             };
             for r in 0..rows {

@@ -22,6 +22,7 @@ use super::avx512_rows::{block_scales, HeadRows, Wide, LANES, MAX_ROW};
 use crate::attention_q8::{BLOCK_BYTES, MIN_WEIGHT_MAX, QK, V_CHUNK, WEIGHT_MAX};
 use crate::rows::HeadView;
 use std::arch::x86_64::*;
+use std::cell::RefCell;
 
 /// Position pairs per chunk (one `vpdpwssd` step each).
 const PAIRS: usize = V_CHUNK / 2;
@@ -70,16 +71,62 @@ pub(crate) unsafe fn weighted_v_q8(
     out: &mut [f32],
 ) {
     let hd = view.kv.head_dim;
-    let (nb, nz, rows) = (hd / QK, hd.div_ceil(64), seen.len());
+    let (nz, rows) = (hd.div_ceil(64), seen.len());
     // Accumulator row stride: whole 64-value slices.
+    let sw = nz * 64;
+    SCRATCH.with(|cell| {
+        let (vt, acc_f) = &mut *cell.borrow_mut();
+        // The chunk's V: [slice][pair][register], each register of a slice
+        // four of its dimensions in every 128-bit lane ([`dim`]).
+        vt.clear();
+        vt.resize(nz * PAIRS * 4, _mm512_setzero_si512());
+        acc_f.clear();
+        acc_f.resize(rows * sw, 0.0);
+        // SAFETY: the caller's contract.
+        unsafe { sum_chunks(view, v, probs, seen, start, n_last, w, vt, acc_f) };
+        for r in 0..rows {
+            for (j, &a) in acc_f[r * sw..(r + 1) * sw].iter().enumerate() {
+                let d = dim(j);
+                if d < hd {
+                    out[r * hd + d] = a;
+                }
+            }
+        }
+    })
+}
+
+thread_local! {
+    /// [`weighted_v_q8`]'s transposed V chunk and accumulators, kept from
+    /// call to call (a split decode step calls it once per piece).
+    static SCRATCH: RefCell<(Vec<__m512i>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// The chunks of [`weighted_v_q8`]: row `r`'s sums into `acc_f[r * sw..]`
+/// in the transpose's order, `vt` the chunk's transposed V.
+///
+/// # Safety
+/// As [`weighted_v_q8`]; `vt` holds `nz * PAIRS * 4` registers and
+/// `acc_f` `seen.len() * sw` zeros (`nz` 64-value slices of the head,
+/// `sw = 64 nz`).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn sum_chunks(
+    view: &HeadView<'_>,
+    v: &[u8],
+    probs: &[f32],
+    seen: &[(usize, usize)],
+    start: usize,
+    n_last: usize,
+    w: usize,
+    vt: &mut [__m512i],
+    acc_f: &mut [f32],
+) {
+    let hd = view.kv.head_dim;
+    let (nb, nz, rows) = (hd / QK, hd.div_ceil(64), seen.len());
     let sw = nz * 64;
     let zero = [0u8; MAX_ROW];
     let head = HeadRows::new(view, view.kv.v.ty());
     let mut wide: Wide = [0; LANES * MAX_ROW];
-    // The chunk's V: [slice][pair][register], each register of a slice
-    // four of its dimensions in every 128-bit lane ([`dim`]).
-    let mut vt = vec![_mm512_setzero_si512(); nz * PAIRS * 4];
-    let mut acc_f = vec![0.0f32; rows * sw];
     let mut ptr = [std::ptr::null(); LANES];
     let mut wq = [[[0i16; V_CHUNK]; MAX_BLOCKS]; ROWS];
     let zeros: Bounds = [[_mm512_setzero_ps(); SUB]; MAX_BLOCKS];
@@ -95,7 +142,7 @@ pub(crate) unsafe fn weighted_v_q8(
             // SAFETY: every pointer in `ptr` starts a whole row of `nb`
             // blocks; `vt` holds `nz * PAIRS * 4` registers.
             unsafe {
-                transpose_v(&ptr, nb, h, &mut vt);
+                transpose_v(&ptr, nb, h, vt);
                 for (b, d) in raw.iter_mut().take(nb).enumerate() {
                     d[h] = block_scales(&ptr, b * BLOCK_BYTES);
                 }
@@ -135,19 +182,11 @@ pub(crate) unsafe fn weighted_v_q8(
             // SAFETY: `wq` and `scale` hold `n` rows, `o` `n` rows of `sw`.
             unsafe {
                 match n {
-                    1 => slices::<1>(&vt, &wq, &scale, nz, o),
-                    2 => slices::<2>(&vt, &wq, &scale, nz, o),
-                    3 => slices::<3>(&vt, &wq, &scale, nz, o),
-                    _ => slices::<ROWS>(&vt, &wq, &scale, nz, o),
+                    1 => slices::<1>(vt, &wq, &scale, nz, o),
+                    2 => slices::<2>(vt, &wq, &scale, nz, o),
+                    3 => slices::<3>(vt, &wq, &scale, nz, o),
+                    _ => slices::<ROWS>(vt, &wq, &scale, nz, o),
                 }
-            }
-        }
-    }
-    for r in 0..rows {
-        for (j, &a) in acc_f[r * sw..(r + 1) * sw].iter().enumerate() {
-            let d = dim(j);
-            if d < hd {
-                out[r * hd + d] = a;
             }
         }
     }
