@@ -106,11 +106,22 @@ pub fn probe(
         Duration::from_millis(400),
     );
     // A step whose weights and KV fit in the last-level cache (3/4 of it)
-    // reads them at the rate of a read of that size, measured here.
+    // reads them at the rate the decode matmuls stream matrices of that
+    // size, measured here. Not a plain read: from cache a 2-core VM read
+    // 80 MiB at 37 GB/s where the decode kernels streamed 28 (the 135M
+    // shape predicted at 0.65x of its TPOT); and the cache sysfs names
+    // can be far bigger than a VM's share (480 MiB here; 128 MiB already
+    // read at DRAM speed), which a probe of the working set's own size
+    // sees.
     let llc = llc_bytes();
-    let llc_gbs = llc
-        .filter(|&b| working_set as f64 <= 0.75 * b as f64)
-        .map(|_| read_bandwidth(threads, working_set.max(1 << 20) as usize, 10) / 1e9);
+    let llc_gbs = match llc.filter(|&b| working_set as f64 <= 0.75 * b as f64) {
+        Some(_) => Some(
+            stream_rate(ty, &shapes, threads, working_set.max(1 << 20) as usize, 10)
+                .with_context(|| format!("probing {} matmuls", ty.name()))?
+                / 1e9,
+        ),
+        None => None,
+    };
     let region = region_seconds(threads, Duration::from_millis(200));
     let regions = hasten_model::llama::decode_regions(m.layers as usize);
     Ok(Measured {
