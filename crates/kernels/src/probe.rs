@@ -326,8 +326,9 @@ fn with_scores<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
 }
 
 /// The cache the attention probes read: `positions` rows per KV head in
-/// blocks of 16 (block table in order), K and V the same rows, stored as
-/// `kv_type` (f16 where the head does not fit its blocks).
+/// blocks of 16 (block table in order), stored as `kv_type` (f16 where the
+/// head does not fit its blocks), on huge pages where Linux grants them
+/// (as the model's pool is).
 struct ProbeCache {
     half: Vec<f16>,
     quant: Vec<u8>,
@@ -351,9 +352,16 @@ impl ProbeCache {
         };
         let (mut half, mut quant) = (Vec::new(), Vec::new());
         match kv_type {
-            KvType::F16 => half = values.iter().map(|&x| f16::from_f32(x)).collect(),
+            KvType::F16 => {
+                half = vec![f16::ZERO; values.len()];
+                crate::hugepages::advise(&mut half);
+                for (h, &x) in half.iter_mut().zip(&values) {
+                    *h = f16::from_f32(x);
+                }
+            }
             ty => {
                 quant = vec![0u8; values.len() / hd * ty.row_bytes(hd)];
+                crate::hugepages::advise(&mut quant);
                 quantize_row(ty.ggml(), &values, &mut quant).expect("whole blocks");
             }
         }
@@ -366,14 +374,23 @@ impl ProbeCache {
         }
     }
 
-    fn kv(&self, n_kv_heads: usize) -> PagedKv<'_> {
-        let rows = match self.kv_type {
+    fn rows(&self) -> KvRows<'_> {
+        match self.kv_type {
             KvType::F16 => KvRows::F16(&self.half),
             ty => KvRows::Quant(ty, &self.quant),
-        };
+        }
+    }
+
+    /// A pool with K and V both this cache's rows.
+    fn kv(&self, n_kv_heads: usize) -> PagedKv<'_> {
+        self.kv_with(self, n_kv_heads)
+    }
+
+    /// A pool with K this cache's rows and V `v`'s.
+    fn kv_with<'a>(&'a self, v: &'a ProbeCache, n_kv_heads: usize) -> PagedKv<'a> {
         PagedKv {
-            k: rows,
-            v: rows,
+            k: self.rows(),
+            v: v.rows(),
             block_size: Self::BLOCK,
             n_kv_heads,
             head_dim: self.hd,
@@ -385,39 +402,45 @@ impl ProbeCache {
     }
 }
 
-/// FLOP/s of one decode step's attention for one layer: one query token
-/// (`group` query heads per KV head) over `ctx` cached positions of
-/// `n_kv_heads` KV heads stored as `kv_type`, spread over the threads as the model does
-/// (KV heads, or ranges of the context merged by log-sum-exp when the
-/// heads are fewer than the threads want). Cache-resident: what attention
-/// computes at, apart from streaming the cache.
+/// FLOP/s of decode steps' attention: one query token (`group` query
+/// heads per KV head) over `ctx` cached positions of `n_kv_heads` KV heads
+/// stored as `kv_type`, spread over the threads as the model does (KV
+/// heads, or ranges of the context merged by log-sum-exp when the heads
+/// are fewer than the threads want), in each of `layers` layers with
+/// their own K and V pools, one after another. A model's layer count reads
+/// its whole cache per pass as a decode step does (from memory where it
+/// outgrows the caches); one layer leaves it cache-resident: what
+/// attention computes at, apart from streaming the cache.
+#[allow(clippy::too_many_arguments)]
 pub fn decode_attention_rate(
     kv_type: KvType,
     head_dim: usize,
     group: usize,
     n_kv_heads: usize,
     ctx: usize,
+    layers: usize,
     threads: Threads,
     budget: Duration,
 ) -> f64 {
     use crate::attention_split::{attend_items_split, span_for, Item};
-    let (hd, n) = (head_dim.max(1), ctx.max(1));
-    let cache = ProbeCache::new(kv_type, hd, n_kv_heads, n);
-    let (kv, table) = (cache.kv(n_kv_heads), cache.table());
+    let (hd, n, layers) = (head_dim.max(1), ctx.max(1), layers.max(1));
+    let caches: Vec<ProbeCache> = (0..2 * layers)
+        .map(|_| ProbeCache::new(kv_type, hd, n_kv_heads, n))
+        .collect();
+    let table = caches[0].table();
     let gq = group * hd;
     let q: Vec<f32> = (0..n_kv_heads * gq)
         .map(|i| ((i % 37) as f32 - 18.0) / 16.0)
         .collect();
     let mut out = vec![0.0f32; n_kv_heads * gq];
     let span = span_for(n_kv_heads, threads);
-    let item = |k: usize| Item {
-        view: HeadView::whole(kv, &table, k),
-        q: &q[k * gq..(k + 1) * gq],
-        t: 1,
-        n_ctx: n,
-    };
-    let mid = median_pass(budget, 10_000, || {
-        let t0 = Instant::now();
+    let mut layer = |kv: PagedKv<'_>| {
+        let item = |k: usize| Item {
+            view: HeadView::whole(kv, &table, k),
+            q: &q[k * gq..(k + 1) * gq],
+            t: 1,
+            n_ctx: n,
+        };
         if let Some(span) = span {
             attend_items_split(n_kv_heads, group, hd, span, item, threads, &mut out);
         } else {
@@ -430,11 +453,17 @@ pub fn decode_attention_rate(
                 })
             });
         }
+    };
+    let mid = median_pass(budget, 10_000, || {
+        let t0 = Instant::now();
+        for kv in caches.chunks_exact(2) {
+            layer(kv[0].kv_with(&kv[1], n_kv_heads));
+        }
         Ok::<_, std::convert::Infallible>(t0.elapsed().as_secs_f64().max(1e-9))
     })
     .unwrap_or_else(|e| match e {});
     std::hint::black_box(&out);
-    4.0 * (n_kv_heads * group * hd * n) as f64 / mid
+    4.0 * (layers * n_kv_heads * group * hd * n) as f64 / mid
 }
 
 #[cfg(test)]
@@ -457,6 +486,8 @@ mod tests {
         assert!((ratio - want).abs() < 1e-9, "{ratio} vs {want}");
         let s = stream_rate(GgmlType::Q8_0, &shapes, t, 1 << 16, 2).unwrap();
         assert!(s.is_finite() && s > 1e6, "{s}");
+        let d = decode_attention_rate(KvType::Q8_0, 64, 3, 2, 100, 3, t, Duration::from_millis(5));
+        assert!(d.is_finite() && d > 1e6, "{d}");
         let a = attention_rate(KvType::F16, 64, 3, 2, 40, t, Duration::from_millis(5));
         assert!(a.is_finite() && a > 1e6, "{a}");
         // A row that is not a whole number of blocks is an error, not a panic.

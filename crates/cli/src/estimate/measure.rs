@@ -96,12 +96,27 @@ pub fn probe(
         threads,
         Duration::from_millis(800),
     );
+    // Decode attention over the model's layers, each its own cache, so a
+    // pass reads the whole cache as a step does (from memory where it
+    // outgrows the caches; one layer's stayed in L2 at 4k positions and
+    // predicted half the attention time a step took), at most 1 GiB.
+    let kv_type = KvType::parse(kv).unwrap_or_default();
+    let (hd, kvh) = (
+        m.head_dim.clamp(1, 1024) as usize,
+        m.kv_heads.clamp(1, 64) as usize,
+    );
+    let ctx = prompt.clamp(16, 32768);
+    let layer_bytes = 2 * kvh * ctx * kv_type.row_bytes(hd);
+    let layers = (m.layers as usize)
+        .min((1 << 30) / layer_bytes.max(1))
+        .max(1);
     let decode_attention = decode_attention_rate(
-        KvType::parse(kv).unwrap_or_default(),
-        m.head_dim.min(1024) as usize,
+        kv_type,
+        hd,
         (m.heads / m.kv_heads.max(1)).min(64) as usize,
-        m.kv_heads.min(64) as usize,
-        prompt.clamp(16, 32768),
+        kvh,
+        ctx,
+        layers,
         threads,
         Duration::from_millis(400),
     );
