@@ -22,11 +22,9 @@ T = sys.argv[5] if len(sys.argv) > 5 else "2"
 STREAMS = int(sys.argv[6]) if len(sys.argv) > 6 else 1
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 from ttft_probe import random_tokens  # noqa: E402
+from serve import start  # noqa: E402
 
-p = subprocess.Popen([BIN, "serve", "--model", MODEL, "--port", "18610", "-t", T],
-                     stderr=subprocess.PIPE, text=True)
-while "listening on" not in p.stderr.readline():
-    pass
+p = start(BIN, MODEL, 18610, T)
 time.sleep(0.5)
 URL = "http://127.0.0.1:18610/v1/completions"
 

@@ -8,10 +8,9 @@ import json, subprocess, sys, time, threading, urllib.request, re, os
 BIN, MODEL = sys.argv[1], sys.argv[2]
 N = int(sys.argv[3]) if len(sys.argv) > 3 else 16
 env = dict(os.environ)
-p = subprocess.Popen([BIN, "serve", "--model", MODEL, "--port", "18501", "-t", "2"], stderr=subprocess.PIPE, text=True, env=env)
-while True:
-    l = p.stderr.readline()
-    if "listening on" in l: break
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from serve import start
+p = start(BIN, MODEL, 18501, "2", env)
 url = "http://127.0.0.1:18501"
 def maps():
     # RSS of anonymous mappings >= 256 MiB (the KV pool) vs the rest, MiB

@@ -9,8 +9,8 @@ T = sys.argv[5] if len(sys.argv) > 5 else "2"
 import os
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 from ttft_probe import server_tpot
-p = subprocess.Popen([BIN, "serve", "--model", MODEL, "--port", "18600", "-t", T], stderr=subprocess.PIPE, text=True)
-while "listening on" not in p.stderr.readline(): pass
+from serve import start
+p = start(BIN, MODEL, 18600, T)
 time.sleep(0.5)
 url = "http://127.0.0.1:18600/v1/completions"
 def serve(stream, seed):

@@ -1,10 +1,11 @@
 """Context switches per thread of `hasten serve` (from /proc) during one
 200-token /v1/completions request, unary and streamed.
 Usage: python3 scripts/lib/ctx_switches.py BIN MODEL (BENCHMARKS.md, issue 20)."""
-import json, subprocess, sys, time, urllib.request, glob
+import json, subprocess, sys, time, urllib.request, glob, os
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve import start
 BIN, MODEL = sys.argv[1], sys.argv[2]
-p = subprocess.Popen([BIN, "serve", "--model", MODEL, "--port", "18601", "-t", "2"], stderr=subprocess.PIPE, text=True)
-while "listening on" not in p.stderr.readline(): pass
+p = start(BIN, MODEL, 18601)
 time.sleep(0.3)
 def switches():
     out = {}

@@ -5,9 +5,9 @@ BIN MODEL (BENCHMARKS.md, issue 20)."""
 import json, subprocess, sys, time, urllib.request, os, collections
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ttft_probe import server_tpot
+from serve import start
 BIN, MODEL, TOK = sys.argv[1], sys.argv[2], 200
-p = subprocess.Popen([BIN, "serve", "--model", MODEL, "--port", "18601", "-t", "2"], stderr=subprocess.PIPE, text=True)
-while "listening on" not in p.stderr.readline(): pass
+p = start(BIN, MODEL, 18601)
 time.sleep(0.5)
 HZ = os.sysconf("SC_CLK_TCK")
 def threads():
