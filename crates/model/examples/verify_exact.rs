@@ -25,8 +25,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let model = load(std::path::Path::new(path))?.model;
     let prompt: Vec<u32> = (0..plen as u32).map(|i| 100 + i * 7 % 1000).collect();
     let drafts: Vec<u32> = (0..rows as u32).map(|i| 42 + i * 13).collect();
-    let run = |toks: &[u32]| first_row_logits(&model, KvType::F16, &prompt, toks, threads);
-    let (one, first) = (run(&drafts[..1])?, run(&drafts)?);
+    let passes = [&drafts[..1], &drafts[..]];
+    let [one, first]: [Vec<f32>; 2] =
+        first_row_logits(&model, KvType::F16, &prompt, &passes, threads)?
+            .try_into()
+            .map_err(|_| "two passes")?;
     let differ = one
         .iter()
         .zip(&first)
