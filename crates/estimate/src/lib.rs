@@ -178,6 +178,11 @@ pub struct Hardware {
     /// Time every step spends apart from its bytes and FLOPs: starting
     /// and joining the thread pool's regions, norms, sampling (measured).
     pub step_fixed_s: f64,
+    /// Time per prompt token per layer that prefill spends outside its
+    /// matmuls and attention: norms, RoPE, KV writes, the FFN gate,
+    /// residual adds (measured; 0 where unknown). Decode steps leave it
+    /// out: one token's share is ~1% of a step that streams every weight.
+    pub prefill_token_layer_s: f64,
     /// A CPU runs a step's parts one after another (matmuls stream the
     /// weights, then attention computes over the cache): a decode step is
     /// the sum of their times, not the larger (a GPU's roofline).
@@ -249,6 +254,16 @@ impl Phase {
             },
             serial_s: None,
         }
+    }
+
+    /// The phase with `s` more seconds of compute that no FLOP count
+    /// covers (the bound follows).
+    fn plus_compute(mut self, s: f64) -> Phase {
+        self.compute_s += s;
+        if self.compute_s > self.memory_s {
+            self.bound = Bound::Compute;
+        }
+        self
     }
 
     pub fn seconds(&self) -> f64 {
@@ -382,7 +397,8 @@ pub fn estimate(m: &Model, weights: &DType, kv: &DType, hw: &Hardware, w: &Workl
         batch * attention_flops(m, m.prefill_positions(c, p)),
         rate,
         hw,
-    );
+    )
+    .plus_compute(batch * new * m.layers as f64 * hw.prefill_token_layer_s);
     let steps = w.output_tokens.saturating_sub(1) as f64;
     let ctx0 = p + 1.0;
     let step = Step {
@@ -488,6 +504,7 @@ mod tests {
             llc_bytes: None,
             llc_bandwidth_gbs: None,
             step_fixed_s: 0.5e-3,
+            prefill_token_layer_s: 0.0,
             serial_phases: true,
         }
     }
@@ -578,6 +595,25 @@ mod tests {
             ..big
         };
         assert_eq!(estimate(&m, &q4, &f16, &small, &w).tpot_s, e.tpot_s);
+        // Per-token, per-layer prefill work outside the FLOPs adds to
+        // prefill's compute, for each new token of each sequence only.
+        let ew = Hardware {
+            prefill_token_layer_s: 2e-6,
+            ..cpu.clone()
+        };
+        let w2 = Workload {
+            batch: 2,
+            cached_tokens: 1024,
+            ..w
+        };
+        let (a, b) = (
+            estimate(&m, &q4, &f16, &cpu, &w2),
+            estimate(&m, &q4, &f16, &ew, &w2),
+        );
+        let extra = 2.0 * 3072.0 * m.layers as f64 * 2e-6;
+        assert!((b.prefill.compute_s - a.prefill.compute_s - extra).abs() < 1e-9);
+        assert_eq!(b.prefill.bound, Bound::Compute);
+        assert_eq!(a.tpot_s, b.tpot_s);
     }
 
     #[test]

@@ -251,6 +251,7 @@ pub fn hardware(name: &str) -> Option<Hardware> {
         llc_bytes: None,
         llc_bandwidth_gbs: None,
         step_fixed_s: 0.0,
+        prefill_token_layer_s: 0.0,
         serial_phases: false,
     })
 }

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 /// The median seconds of `pass` after one warm-up pass: at least three
 /// passes, more while `budget` lasts (at most `max_passes`).
-fn median_pass<E>(
+pub fn median_pass<E>(
     budget: Duration,
     max_passes: usize,
     mut pass: impl FnMut() -> std::result::Result<f64, E>,

@@ -162,6 +162,49 @@ impl Config {
         main * ctx + local * seen
     }
 
+    /// A plain Llama of these shapes (pre-norms, SwiGLU, RoPE over whole
+    /// heads, no biases), validated: what `hasten estimate`'s probes run
+    /// when they know a model by its dimensions only.
+    pub fn plain_llama(
+        dim: usize,
+        n_layers: usize,
+        (n_heads, n_kv_heads, head_dim): (usize, usize, usize),
+        ffn_dim: usize,
+        context_length: usize,
+    ) -> Result<Self> {
+        let fam = Arch::Llama.family();
+        Config {
+            arch: Arch::Llama,
+            vocab_size: 1,
+            dim,
+            n_layers,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            ffn_dim,
+            norm_eps: 1e-5,
+            context_length,
+            rope_base: 10000.0,
+            rope_style: fam.gguf_rope,
+            rope_dims: head_dim,
+            rope_freq_scale: 1.0,
+            rope_freq_factors: None,
+            rope_attn_factor: 1.0,
+            rope_orig_context: None,
+            rope_yarn: None,
+            qkv_bias: fam.qkv_bias,
+            qk_norm: fam.qk_norm,
+            norms: fam.norms,
+            act: fam.act,
+            scales: Scales::default(),
+            no_rope: Vec::new(),
+            swa: None,
+            moe: None,
+            pooling_type: None,
+        }
+        .validate("(plain llama shapes)")
+    }
+
     pub fn kv_dim(&self) -> usize {
         self.n_kv_heads * self.head_dim
     }

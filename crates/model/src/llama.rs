@@ -23,6 +23,9 @@
 //! variants and multipliers come from the [`Config`], resolved per layer
 //! into a [`LayerSpec`] at load: the loop below names no model family.
 
+mod probe;
+pub use probe::elementwise_seconds;
+
 use crate::config::{Act, Config, Norms, QkNorm};
 use crate::kv::KvCache;
 use crate::moe::{MoeFfn, MoeScratch};
@@ -720,21 +723,10 @@ impl Model {
         }
         if let Some(r) = layer.spec.rope {
             let rope = &self.ropes[r];
-            let pairs = rope.pairs();
             let at: usize = self.ropes[..r].iter().map(|r| t * r.pairs()).sum();
-            let angles = &s.angles[at..at + t * pairs];
-            let at_token = |j: usize| &angles[j * pairs..(j + 1) * pairs];
-            let rt = per_token_threads(t, threads);
-            par_chunks(q, qd, rt, |first, piece| {
-                for (j, row) in piece.chunks_exact_mut(qd).enumerate() {
-                    rope.rotate(row, hd, at_token(first + j));
-                }
-            });
-            par_chunks(k, kvd, rt, |first, piece| {
-                for (j, row) in piece.chunks_exact_mut(kvd).enumerate() {
-                    rope.rotate(row, hd, at_token(first + j));
-                }
-            });
+            let angles = &s.angles[at..at + t * rope.pairs()];
+            rope_rows(rope, q, qd, hd, angles, threads);
+            rope_rows(rope, k, kvd, hd, angles, threads);
         }
         for (j, &(seq, pos)) in s.tok.iter().enumerate() {
             let table = batch[seq].table(kv.is_windowed(li));
@@ -767,23 +759,8 @@ impl Model {
             &mut s.att_t[..t * qd],
             threads,
         );
-        // Back to token-major rows ([token][head][head_dim]), on every
-        // thread when the tokens are many.
-        let (n_kv, gq) = (c.n_kv_heads, c.n_heads / c.n_kv_heads * hd);
-        let att_t = &s.att_t[..t * qd];
-        par_chunks(
-            &mut s.att[..t * qd],
-            qd,
-            per_token_threads(t, threads),
-            |first, piece| {
-                for (j, row) in piece.chunks_exact_mut(qd).enumerate() {
-                    for (kvh, dst) in row.chunks_exact_mut(gq).enumerate().take(n_kv) {
-                        let src = (kvh * t + first + j) * gq;
-                        dst.copy_from_slice(&att_t[src..src + gq]);
-                    }
-                }
-            },
-        );
+        let gq = c.n_heads / c.n_kv_heads * hd;
+        gather_heads(&s.att_t[..t * qd], &mut s.att[..t * qd], qd, gq, threads);
         let proj = &mut s.proj[..t * dim];
         matmul(&layer.wo.matrix()?, &s.att[..t * qd], proj, threads)?;
         self.add_residual(layer.attn_post_norm.as_deref(), t, s, threads);
@@ -856,6 +833,43 @@ impl Model {
         self.add_residual(layer.ffn_post_norm.as_deref(), t, s, threads);
         Ok(())
     }
+}
+
+/// RoPE over each `width`-wide row of `x` (heads of `hd`), row `j` by
+/// token `j`'s angles (`rope.pairs()` of them each in `angles`), on every
+/// thread when the rows are many.
+fn rope_rows(
+    rope: &Rope,
+    x: &mut [f32],
+    width: usize,
+    hd: usize,
+    angles: &[(f32, f32)],
+    threads: Threads,
+) {
+    let pairs = rope.pairs();
+    let rt = per_token_threads(x.len() / width.max(1), threads);
+    par_chunks(x, width, rt, |first, piece| {
+        for (j, row) in piece.chunks_exact_mut(width).enumerate() {
+            let tok = first + j;
+            rope.rotate(row, hd, &angles[tok * pairs..(tok + 1) * pairs]);
+        }
+    });
+}
+
+/// The attention output back to token-major rows (`att`, `[token][q_dim]`)
+/// from `att_t`'s `[KV head][token][gq]` (`gq`: a KV head's query heads
+/// times the head dimension), on every thread when the tokens are many.
+fn gather_heads(att_t: &[f32], att: &mut [f32], qd: usize, gq: usize, threads: Threads) {
+    let t = att.len() / qd;
+    let n_kv = qd / gq;
+    par_chunks(att, qd, per_token_threads(t, threads), |first, piece| {
+        for (j, row) in piece.chunks_exact_mut(qd).enumerate() {
+            for (kvh, dst) in row.chunks_exact_mut(gq).enumerate().take(n_kv) {
+                let src = (kvh * t + first + j) * gq;
+                dst.copy_from_slice(&att_t[src..src + gq]);
+            }
+        }
+    });
 }
 
 /// Threads for the per-token work of `t` tokens (RoPE, the attention

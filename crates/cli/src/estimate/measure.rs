@@ -13,6 +13,9 @@
 //! - the last-level cache (its size from sysfs) and, when a decode step's
 //!   weights and KV fit in it, the bandwidth of a read of that size (the
 //!   rate such a step streams at: partly from the cache);
+//! - prefill's other work per token and layer (norms, RoPE, KV writes,
+//!   the gate, residual adds) through the model's own functions over a
+//!   chunk of rows;
 //! - the fixed cost of a step: the pool's hand-off per parallel region
 //!   times the regions a decode step starts (`llama::decode_regions`).
 //!
@@ -47,6 +50,9 @@ pub struct Measured {
     pub llc_gbs: Option<f64>,
     pub region_us: f64,
     pub step_fixed_ms: f64,
+    /// Prefill's work per token per layer apart from matmuls and
+    /// attention (norms, RoPE, KV writes, gate, residuals), microseconds.
+    pub prefill_token_layer_us: f64,
     pub probe_s: f64,
 }
 
@@ -137,6 +143,32 @@ pub fn probe(
         ),
         None => None,
     };
+    // Prefill's per-token work outside matmuls and attention, through the
+    // model's own functions over a chunk of the prompt's rows.
+    let layer = hasten_model::config::Config::plain_llama(
+        m.hidden.clamp(1, 16384) as usize,
+        1,
+        (
+            m.heads.clamp(1, 256) as usize,
+            kvh.min(m.heads.max(1) as usize),
+            hd,
+        ),
+        m.ffn.clamp(1, 65536) as usize,
+        rows,
+    )
+    .context("the model's shapes for the prefill probe")?;
+    let ew_kv = if kv_type.fits(hd) {
+        kv_type
+    } else {
+        KvType::F16
+    };
+    let elementwise = hasten_model::llama::elementwise_seconds(
+        &layer,
+        rows,
+        ew_kv,
+        threads,
+        Duration::from_millis(300),
+    )?;
     let region = region_seconds(threads, Duration::from_millis(200));
     let regions = hasten_model::llama::decode_regions(m.layers as usize);
     Ok(Measured {
@@ -145,6 +177,7 @@ pub fn probe(
         llc_gbs,
         region_us: region * 1e6,
         step_fixed_ms: region * regions as f64 * 1e3,
+        prefill_token_layer_us: elementwise * 1e6,
         threads: threads.get(),
         weight_type: ty.name(),
         read_gbs: read / 1e9,
@@ -170,6 +203,7 @@ impl Measured {
             llc_bytes: self.llc_bytes.map(|b| b as f64),
             llc_bandwidth_gbs: self.llc_gbs,
             step_fixed_s: self.step_fixed_ms / 1e3,
+            prefill_token_layer_s: self.prefill_token_layer_us / 1e6,
             serial_phases: true,
         }
     }

@@ -40,10 +40,11 @@ pub(super) fn header(i: &Inputs) {
                 _ => "no last-level cache size found".into(),
             };
             println!(
-                "  {llc}; a step's parts add up, plus {:.2} ms fixed ({} pool regions of {:.2} us)",
+                "  {llc}; a step's parts add up, plus {:.2} ms fixed ({} pool regions of {:.2} us); prefill's norms, RoPE, KV writes, gate and residuals: {:.2} us per token per layer",
                 p.step_fixed_ms,
                 hasten_model::llama::decode_regions(m.layers as usize),
-                p.region_us
+                p.region_us,
+                p.prefill_token_layer_us
             );
         }
         None => println!(
