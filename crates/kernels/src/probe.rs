@@ -374,6 +374,25 @@ impl ProbeCache {
         }
     }
 
+    /// Another cache with the same rows in memory of its own (huge pages
+    /// advised as in [`Self::new`]): a copy, not a second quantization.
+    fn copy(&self) -> Self {
+        let own = |src: &[u8]| {
+            let mut v = vec![0u8; src.len()];
+            crate::hugepages::advise(&mut v);
+            v.copy_from_slice(src);
+            v
+        };
+        let mut half = vec![f16::ZERO; self.half.len()];
+        crate::hugepages::advise(&mut half);
+        half.copy_from_slice(&self.half);
+        ProbeCache {
+            half,
+            quant: own(&self.quant),
+            ..*self
+        }
+    }
+
     fn rows(&self) -> KvRows<'_> {
         match self.kv_type {
             KvType::F16 => KvRows::F16(&self.half),
@@ -424,9 +443,10 @@ pub fn decode_attention_rate(
 ) -> f64 {
     use crate::attention_split::{attend_items_split, span_for, Item};
     let (hd, n, layers) = (head_dim.max(1), ctx.max(1), layers.max(1));
-    let caches: Vec<ProbeCache> = (0..2 * layers)
-        .map(|_| ProbeCache::new(kv_type, hd, n_kv_heads, n))
-        .collect();
+    let mut caches = vec![ProbeCache::new(kv_type, hd, n_kv_heads, n)];
+    for _ in 1..2 * layers {
+        caches.push(caches[0].copy());
+    }
     let table = caches[0].table();
     let gq = group * hd;
     let q: Vec<f32> = (0..n_kv_heads * gq)
