@@ -3,7 +3,7 @@
 //! `traceparent` kept (trace id and parent), the server span's own
 //! `traceparent` on the response, and no spans for probes.
 
-mod common;
+use crate::common;
 
 use axum::routing::post;
 use common::live::Live;

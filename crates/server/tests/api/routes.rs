@@ -2,7 +2,7 @@
 //! socket): status codes, OpenAI error shapes, headers, and the bodies of
 //! streaming and non-streaming answers.
 
-mod common;
+use crate::common;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};

@@ -3,7 +3,7 @@
 //! (validation, chat template, tokenization) give a plan or an error,
 //! never a panic and never an internal error.
 
-mod common;
+use crate::common;
 
 use common::*;
 use hasten_model::fuzz;

@@ -4,9 +4,8 @@
 //! port, a silent handshake cut off at the idle timeout, reloading a new
 //! certificate in place, and start-up refusals that name the bad file.
 
-#[path = "common/certs.rs"]
-mod certs;
-mod common;
+use crate::certs;
+use crate::common;
 
 use common::live::Live;
 use common::*;

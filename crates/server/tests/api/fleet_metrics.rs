@@ -4,7 +4,7 @@
 //! engine's own counts at that moment (requests queued, in the batch, KV
 //! blocks held over all blocks), under hasten's names and vLLM's.
 
-mod common;
+use crate::common;
 
 use common::live::Live;
 use common::*;

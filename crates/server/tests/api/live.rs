@@ -4,7 +4,7 @@
 //! (in-flight requests finish). Overload is `tests/overload.rs`. Every wait
 //! is bounded.
 
-mod common;
+use crate::common;
 
 use common::live::Live;
 use common::*;

@@ -4,7 +4,7 @@
 //! answers `/health`, and the protocol surfaces we decided on (HTTP/1.1
 //! only, a half-close is a disconnect). Every wait is bounded.
 
-mod common;
+use crate::common;
 
 use common::live::Live;
 use common::*;
