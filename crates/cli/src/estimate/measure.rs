@@ -9,7 +9,9 @@
 //! - attention rate: one layer's causal prefill attention over the prompt
 //!   (a cache of the `--kv` type, the model's head shapes);
 //! - decode attention rate: one token's attention over the prompt's
-//!   positions, split over the threads as the model splits it;
+//!   positions, split over the threads as the model splits it, each pass
+//!   after a read of the weights' size (a step's attention finds little
+//!   of its cache in the caches);
 //! - the last-level cache (its size from sysfs) and, when a decode step's
 //!   weights and KV fit in it, the bandwidth of a read of that size (the
 //!   rate such a step streams at: partly from the cache);
@@ -116,6 +118,10 @@ pub fn probe(
     let layers = (m.layers as usize)
         .min((1 << 30) / layer_bytes.max(1))
         .max(1);
+    // Each pass after a read of the step's other bytes (its weights, at
+    // most 1 GiB), as attention follows the weights' stream in a step.
+    let kv_all = layer_bytes as u64 * m.layers;
+    let evict = working_set.saturating_sub(kv_all).min(1 << 30) as usize;
     let decode_attention = decode_attention_rate(
         kv_type,
         hd,
@@ -123,6 +129,7 @@ pub fn probe(
         kvh,
         ctx,
         layers,
+        evict,
         threads,
         Duration::from_millis(400),
     );
