@@ -111,6 +111,24 @@ fn grow<T: Copy + Default>(v: &mut Vec<T>, len: usize) {
     }
 }
 
+/// Weight bytes below which a piece of a product is not cut smaller for
+/// the threads to take in turn ([`par_column_blocks`]): a piece is one
+/// stream of weights, which the hardware's and the kernels' prefetchers
+/// need long. On the 2-vCPU AMX Xeon, against fixed halves: 64 KiB pieces
+/// made the 1b decode step 5% faster but 135M's (pieces of 64 rows of 324
+/// bytes) 12% slower; 256 KiB kept the 1b gain and 135M's speed; 1 MiB
+/// lost most of the gain.
+const PIECE_BYTES: usize = 256 * 1024;
+
+/// The narrowest piece of `w`'s rows worth a turn of its own
+/// ([`par_column_blocks`]): [`PIECE_BYTES`] of weights, and at least four
+/// times the `act_bytes` of activations every piece reads again (a
+/// prefill's pieces stay one per thread).
+fn piece_cols(w: &WeightMatrix<'_>, act_bytes: usize) -> usize {
+    let row = (w.data.len() / w.rows.max(1)).max(1);
+    PIECE_BYTES.max(4 * act_bytes).div_ceil(row)
+}
+
 /// Activation rows per cache block in batched products: their quantized
 /// bytes (64 x 34 x cols/32) stay in L2 while every weight row passes by.
 const TOKEN_BLOCK: usize = 64;
@@ -136,6 +154,7 @@ pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads
     let k = kernels();
     if let Some(path) = k.quant_path(w.ty) {
         let act_rb = path.act_row_bytes(w.cols);
+        let min_cols = piece_cols(w, n * act_rb);
         let mut s = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
         // Every byte is rewritten below: grow without zeroing what is there.
         grow(&mut s.xq, n * act_rb);
@@ -161,7 +180,7 @@ pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads
         if let (Some((panel, tile)), Some(((_, _), unit)), Some(packed)) = (amx_k, k8, w.packed) {
             let nb = w.cols / 32;
             let acts = AmxActs::pack_q8k(&mut s.amx, &s.xq, act_rb, nb, n, qthreads);
-            par_column_blocks(out, w.rows, 32, threads, |blk| {
+            par_column_blocks(out, w.rows, 32, min_cols, threads, |blk| {
                 acts.rows(packed, w.cols / 256 * unit, blk, panel, tile)
             });
         } else if let (Some(((gemv, gemm), unit)), Some(packed)) = (k8, w.packed) {
@@ -170,7 +189,7 @@ pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads
             let group_bytes = w.cols / 256 * unit;
             let k16 = k.k16_path(w.ty).filter(|_| n >= 2);
             let width = if k16.is_some() { 16 } else { 8 };
-            par_column_blocks(out, w.rows, width, threads, |blk| {
+            par_column_blocks(out, w.rows, width, min_cols, threads, |blk| {
                 x8_rows(packed, group_bytes, n, blk, &xrow, gemv, gemm, k16, NO_X4)
             });
         } else if w.packed.is_some() || path.tiles.is_some() {
@@ -200,7 +219,7 @@ pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads
                 .filter(|_| n >= AMX_MIN_ROWS && w.rows.is_multiple_of(32));
             if let (Some(packed), Some((panel, tile)), Some(unit)) = (w.packed, amx, x8.2) {
                 let acts = AmxActs::pack(&mut s.amx, q, act_rb, nb, n, xrow, qthreads);
-                par_column_blocks(out, w.rows, 32, threads, |blk| {
+                par_column_blocks(out, w.rows, 32, min_cols, threads, |blk| {
                     acts.rows(packed, nb * unit, blk, panel, tile)
                 });
             } else if let (Some(packed), Some((gemv, gemm)), Some(unit)) = x8 {
@@ -209,11 +228,11 @@ pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads
                 let x16_4 = k.x16_path4(w.ty).filter(|_| n % X8_N >= 2);
                 // Blocks of whole group pairs, so that every group has its partner.
                 let width = if x16.is_some() { 16 } else { 8 };
-                par_column_blocks(out, w.rows, width, threads, |blk| {
+                par_column_blocks(out, w.rows, width, min_cols, threads, |blk| {
                     x8_rows(packed, nb * unit, n, blk, &xrow, gemv, gemm, x16, x16_4)
                 });
             } else if let Some(tiles) = path.tiles {
-                par_column_blocks(out, w.rows, 4, threads, |blk| {
+                par_column_blocks(out, w.rows, 4, min_cols, threads, |blk| {
                     tiled_rows(w, n, blk, tiles, path.dot, &xrow)
                 });
             }
@@ -223,7 +242,7 @@ pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads
             // Tokens in chunks whose activations stay in L1 while every
             // weight row of the block passes over them.
             let chunk = (TOKEN_CHUNK_BYTES / act_rb).clamp(4, 64) / 4 * 4;
-            par_column_blocks(out, w.rows, 1, threads, |blk| {
+            par_column_blocks(out, w.rows, 1, min_cols, threads, |blk| {
                 for t0 in (0..n).step_by(chunk) {
                     let t1 = (t0 + chunk).min(n);
                     for i in 0..blk.width() {
@@ -250,12 +269,13 @@ pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads
         return Ok(());
     }
     if w.ty == GgmlType::F16 || w.ty == GgmlType::BF16 {
+        let min_cols = piece_cols(w, n * w.cols * 4);
         let dot = if w.ty == GgmlType::F16 {
             k.f16_dot
         } else {
             k.bf16_dot
         };
-        par_column_blocks(out, w.rows, 1, threads, |blk| {
+        par_column_blocks(out, w.rows, 1, min_cols, threads, |blk| {
             for i in 0..blk.width() {
                 let row = w.row(blk.first() + i);
                 for t in 0..n {
@@ -409,7 +429,8 @@ pub fn matmul_reference(
     threads: Threads,
 ) -> Result<()> {
     let n = check_shapes(w, x, out)?;
-    par_column_blocks(out, w.rows, 1, threads, |blk| {
+    let min_cols = piece_cols(w, n * w.cols * 4);
+    par_column_blocks(out, w.rows, 1, min_cols, threads, |blk| {
         SCRATCH.with(|s| {
             let row = &mut s.borrow_mut().row;
             row.resize(w.cols, 0.0);

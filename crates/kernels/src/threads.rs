@@ -87,12 +87,17 @@ pub fn par_chunks<T: Send>(
 
 /// Runs `f(block)` over blocks of columns of the row-major matrix `out`
 /// (`cols` columns): block widths are multiples of `unit` (the last takes
-/// any tail), split across threads, and each call may write every row of its
-/// own columns and nothing else.
+/// any tail), up to [`PIECES_PER_THREAD`] blocks per thread but none
+/// narrower than `min_cols` (the caller's judgement of a piece worth
+/// taking alone) unless that leaves a thread without one; the threads take
+/// the blocks in turn, so a thread the VM or the host slows down takes
+/// fewer. Each call may write every row of its own columns and nothing
+/// else.
 pub fn par_column_blocks<T: Send>(
     out: &mut [T],
     cols: usize,
     unit: usize,
+    min_cols: usize,
     threads: Threads,
     f: impl Fn(&mut ColumnBlock<'_, T>) + Sync,
 ) {
@@ -103,11 +108,23 @@ pub fn par_column_blocks<T: Send>(
     let items = cols / unit;
     let pool = pool();
     let n = threads.get().min(items).min(pool.size()).max(1);
-    let per = items.div_ceil(n);
+    // Halves fixed in advance left the faster thread waiting for the
+    // slower at every product.
+    let pieces = if n == 1 {
+        1
+    } else {
+        (n * PIECES_PER_THREAD)
+            .min(cols / min_cols.max(1))
+            .max(n)
+            .min(items)
+    };
+    let per = items.div_ceil(pieces).max(1);
+    let pieces = items.div_ceil(per).max(1);
     let base = SendPtr(out.as_mut_ptr());
-    let run = |i: usize| {
+    let next = AtomicUsize::new(0);
+    let piece = |i: usize| {
         let c0 = (i * per * unit).min(cols);
-        let c1 = if i + 1 == n {
+        let c1 = if i + 1 == pieces {
             cols
         } else {
             ((i + 1) * per * unit).min(cols)
@@ -123,12 +140,22 @@ pub fn par_column_blocks<T: Send>(
             });
         }
     };
+    let run = |_: usize| loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        if i >= pieces {
+            break;
+        }
+        piece(i);
+    };
     if n == 1 {
-        run(0);
+        piece(0);
     } else {
         pool.run(n, &run);
     }
 }
+
+/// Most pieces per thread [`par_column_blocks`] cuts its columns into.
+const PIECES_PER_THREAD: usize = 16;
 
 /// Columns `first()..first() + width()` of every row of a row-major matrix,
 /// lent to one thread by [`par_column_blocks`].
@@ -380,9 +407,18 @@ mod tests {
     #[test]
     fn column_blocks_cover_every_column_once() {
         for threads in 1..4 {
-            for (rows, cols, unit) in [(1, 17, 8), (5, 64, 8), (3, 7, 4), (2, 3, 8)] {
+            for (rows, cols, unit) in [
+                (1, 17, 8),
+                (5, 64, 8),
+                (3, 7, 4),
+                (2, 3, 8),
+                (2, 5000, 8),
+                (1, 2048, 16),
+                (3, 200, 1),
+                (1, 4100, 32),
+            ] {
                 let mut m = vec![0u32; rows * cols];
-                par_column_blocks(&mut m, cols, unit, Threads::new(threads).unwrap(), |b| {
+                par_column_blocks(&mut m, cols, unit, 3, Threads::new(threads).unwrap(), |b| {
                     assert!(b.first().is_multiple_of(unit));
                     let (c0, width) = (b.first(), b.width());
                     for r in 0..rows {
