@@ -121,12 +121,15 @@ fn grow<T: Copy + Default>(v: &mut Vec<T>, len: usize) {
 const PIECE_BYTES: usize = 256 * 1024;
 
 /// The narrowest piece of `w`'s rows worth a turn of its own
-/// ([`par_column_blocks`]): [`PIECE_BYTES`] of weights, and at least four
-/// times the `act_bytes` of activations every piece reads again (a
-/// prefill's pieces stay one per thread).
-fn piece_cols(w: &WeightMatrix<'_>, act_bytes: usize) -> usize {
-    let row = (w.data.len() / w.rows.max(1)).max(1);
-    PIECE_BYTES.max(4 * act_bytes).div_ceil(row)
+/// ([`par_column_blocks`]) in a product with `n` activation rows:
+/// [`PIECE_BYTES`] of weights for one row (decode, bound by the weights'
+/// stream); a whole thread's share for more (a step of 8 sequences took
+/// 3-9% longer in pieces: each piece reads every activation row again).
+fn piece_cols(w: &WeightMatrix<'_>, n: usize) -> usize {
+    if n > 1 {
+        return usize::MAX;
+    }
+    PIECE_BYTES.div_ceil((w.data.len() / w.rows.max(1)).max(1))
 }
 
 /// Activation rows per cache block in batched products: their quantized
@@ -154,7 +157,7 @@ pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads
     let k = kernels();
     if let Some(path) = k.quant_path(w.ty) {
         let act_rb = path.act_row_bytes(w.cols);
-        let min_cols = piece_cols(w, n * act_rb);
+        let min_cols = piece_cols(w, n);
         let mut s = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
         // Every byte is rewritten below: grow without zeroing what is there.
         grow(&mut s.xq, n * act_rb);
@@ -269,7 +272,7 @@ pub fn matmul(w: &WeightMatrix<'_>, x: &[f32], out: &mut [f32], threads: Threads
         return Ok(());
     }
     if w.ty == GgmlType::F16 || w.ty == GgmlType::BF16 {
-        let min_cols = piece_cols(w, n * w.cols * 4);
+        let min_cols = piece_cols(w, n);
         let dot = if w.ty == GgmlType::F16 {
             k.f16_dot
         } else {
@@ -429,7 +432,7 @@ pub fn matmul_reference(
     threads: Threads,
 ) -> Result<()> {
     let n = check_shapes(w, x, out)?;
-    let min_cols = piece_cols(w, n * w.cols * 4);
+    let min_cols = piece_cols(w, n);
     par_column_blocks(out, w.rows, 1, min_cols, threads, |blk| {
         SCRATCH.with(|s| {
             let row = &mut s.borrow_mut().row;
