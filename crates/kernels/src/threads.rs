@@ -2,8 +2,8 @@
 //!
 //! A persistent pool of workers (spinning briefly, then sleeping) runs the
 //! parallel regions; `par_chunks` hands each worker a disjoint piece of the
-//! output, `par_column_blocks` a disjoint block of columns of a row-major
-//! matrix.
+//! output, `par_column_blocks` disjoint blocks of columns of a row-major
+//! matrix, which the workers take in turn.
 //!
 //! `unsafe` here (allowed for this module only): disjoint sub-slices of one
 //! output handed to different threads, and a job borrowed by the pool only
