@@ -42,7 +42,7 @@ hasten_tps() { # kv type, depth -> decode tokens/s
 }
 
 llama_tps() { # kv type, depth -> decode tokens/s (llama-bench, flash attention on)
-  "$bench" -m "$model" -t "$threads" -p 0 -n "$n" -d "$2" -fa 1 -ctk "$1" -ctv "$1" -r 1 -o json 2>/dev/null \
+  "$bench" "${LLAMA_BENCH_ARGS[@]}" -m "$model" -t "$threads" -p 0 -n "$n" -d "$2" -fa 1 -ctk "$1" -ctv "$1" -r 1 -o json 2>/dev/null \
     | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["avg_ts"])'
 }
 
