@@ -106,47 +106,135 @@ pub(crate) unsafe fn scores_q8(
                 ([_mm512_setzero_si512(); 8], _mm512_setzero_ps())
             };
             let (first, last) = (b0 == 0, b0 + 2 >= nb);
-            for r in 0..rows {
-                let qb = q[r * hd + b0 * QK..].as_ptr() as *const i32;
-                // SAFETY: dword `d` of the row's blocks b0 (and b0 + 1).
-                let qw = |d: usize| _mm512_set1_epi32(unsafe { qb.add(d).read_unaligned() });
-                let (o, zero) = (r * nb + b0, _mm512_setzero_si512());
-                let mut c = [neg[o], zero, if pair { neg[o + 1] } else { zero }, zero];
-                for d in 0..4 {
-                    c[0] = _mm512_dpbusd_epi32(c[0], kt0[d], qw(d));
-                    c[1] = _mm512_dpbusd_epi32(c[1], kt0[d + 4], qw(d + 4));
-                }
-                let s0 = _mm512_mul_ps(dk0, _mm512_set1_ps(qd[o]));
-                let mut f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(c[0], c[1])), s0);
-                if pair {
-                    for d in 0..4 {
-                        c[2] = _mm512_dpbusd_epi32(c[2], kt1[d], qw(8 + d));
-                        c[3] = _mm512_dpbusd_epi32(c[3], kt1[d + 4], qw(12 + d));
-                    }
-                    let s1 = _mm512_mul_ps(dk1, _mm512_set1_ps(qd[o + 1]));
-                    let d1 = _mm512_cvtepi32_ps(_mm512_add_epi32(c[2], c[3]));
-                    f = _mm512_fmadd_ps(d1, s1, f);
-                }
-                // SAFETY: `acc` holds 16 floats per row where `nb > 2`
-                // (the only case not both first and last); `store` keeps
-                // the store inside row `r` (`w - p0` lanes).
-                unsafe {
-                    let a = acc.as_mut_ptr().wrapping_add(r * LANES);
-                    if !first {
-                        f = _mm512_add_ps(_mm512_loadu_ps(a), f);
-                    }
-                    if last {
-                        max[r] = _mm512_mask_max_ps(max[r], real, max[r], f);
-                        _mm512_mask_storeu_ps(scores[r * w + p0..].as_mut_ptr(), store, f);
-                    } else {
-                        _mm512_storeu_ps(a, f);
-                    }
+            let kt = (&kt0, dk0, &kt1, dk1);
+            let rs = RowScores {
+                q,
+                qd,
+                neg,
+                hd,
+                nb,
+                b0,
+            };
+            let out = (
+                &mut acc[..],
+                &mut max[..],
+                &mut scores[p0..],
+                w,
+                store,
+                real,
+            );
+            // SAFETY: `rs` holds `rows` rows; `acc` 16 floats per row where
+            // a pair is not both first and last; `scores` rows of `w` from `p0`.
+            unsafe {
+                match (pair, first, last) {
+                    (true, true, true) => score_rows::<true, true, true>(rows, kt, rs, out),
+                    (false, true, true) => score_rows::<false, true, true>(rows, kt, rs, out),
+                    (true, true, false) => score_rows::<true, true, false>(rows, kt, rs, out),
+                    (true, false, false) => score_rows::<true, false, false>(rows, kt, rs, out),
+                    (true, false, true) => score_rows::<true, false, true>(rows, kt, rs, out),
+                    (false, _, _) => score_rows::<false, false, true>(rows, kt, rs, out),
                 }
             }
         }
     }
     for (o, m) in row_max[..rows].iter_mut().zip(max.iter()) {
         *o = _mm512_reduce_max_ps(*m);
+    }
+}
+
+/// The query side of [`score_rows`]: the quantized rows (`hd` values
+/// each), their block scales and negated offsets (`nb` per row), and the
+/// pair of blocks from `b0` being scored.
+#[derive(Clone, Copy)]
+struct RowScores<'a> {
+    q: &'a [i8],
+    qd: &'a [f32],
+    neg: &'a [__m512i],
+    hd: usize,
+    nb: usize,
+    b0: usize,
+}
+
+/// Each query row's scores against the transposed K blocks `b0` and
+/// `b0 + 1` (`kt`: registers and scales of both; the second absent
+/// without `PAIR`): the first pair of a row's blocks starts its partial
+/// sum (`FIRST`), later ones add to it, and the last (`LAST`) stores the
+/// row's scores at `p0` (the masked lanes of `store`) and takes their
+/// maximum over the `real` lanes.
+///
+/// # Safety
+/// AVX-512 F/BW/VL/VNNI are available; `rs` holds `rows` rows; `acc`
+/// (`out.0`) holds 16 floats per row unless the pair is both `FIRST` and
+/// `LAST`; `out.1` holds `rows` maxima; `out.2` holds `rows` rows of
+/// stride `out.3` (`w - p0` lanes of each are written).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[allow(clippy::type_complexity)]
+unsafe fn score_rows<const PAIR: bool, const FIRST: bool, const LAST: bool>(
+    rows: usize,
+    kt: (&[__m512i; 8], __m512, &[__m512i; 8], __m512),
+    rs: RowScores<'_>,
+    out: (
+        &mut [f32],
+        &mut [__m512],
+        &mut [f32],
+        usize,
+        __mmask16,
+        __mmask16,
+    ),
+) {
+    let (kt0, dk0, kt1, dk1) = kt;
+    let (acc, max, scores, w, store, real) = out;
+    let RowScores {
+        q,
+        qd,
+        neg,
+        hd,
+        nb,
+        b0,
+    } = rs;
+    let zero = _mm512_setzero_si512();
+    for r in 0..rows {
+        let o = r * nb + b0;
+        // SAFETY (the loads of this row): the caller's contract puts dword
+        // `d` of blocks b0 (and b0 + 1), `qd[o]`, `neg[o]` (and their `+ 1`)
+        // inside the row.
+        let qb = unsafe { q.as_ptr().add(r * hd + b0 * QK) } as *const i32;
+        let qw = |d: usize| _mm512_set1_epi32(unsafe { qb.add(d).read_unaligned() });
+        let (n0, d0) = unsafe { (*neg.get_unchecked(o), *qd.get_unchecked(o)) };
+        let mut c = [n0, zero];
+        for d in 0..4 {
+            c[0] = _mm512_dpbusd_epi32(c[0], kt0[d], qw(d));
+            c[1] = _mm512_dpbusd_epi32(c[1], kt0[d + 4], qw(d + 4));
+        }
+        let s0 = _mm512_mul_ps(dk0, _mm512_set1_ps(d0));
+        let mut f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(c[0], c[1])), s0);
+        if PAIR {
+            let (n1, d1) = unsafe { (*neg.get_unchecked(o + 1), *qd.get_unchecked(o + 1)) };
+            let mut c = [n1, zero];
+            for d in 0..4 {
+                c[0] = _mm512_dpbusd_epi32(c[0], kt1[d], qw(8 + d));
+                c[1] = _mm512_dpbusd_epi32(c[1], kt1[d + 4], qw(12 + d));
+            }
+            let s1 = _mm512_mul_ps(dk1, _mm512_set1_ps(d1));
+            let x = _mm512_cvtepi32_ps(_mm512_add_epi32(c[0], c[1]));
+            f = _mm512_fmadd_ps(x, s1, f);
+        }
+        // SAFETY: the caller's contract (`acc` only where not both first
+        // and last; `store` keeps the store inside row `r`).
+        unsafe {
+            let a = acc.as_mut_ptr().wrapping_add(r * LANES);
+            if !FIRST {
+                f = _mm512_add_ps(_mm512_loadu_ps(a), f);
+            }
+            if LAST {
+                let m = max.get_unchecked_mut(r);
+                *m = _mm512_mask_max_ps(*m, real, *m, f);
+                _mm512_mask_storeu_ps(scores.as_mut_ptr().add(r * w), store, f);
+            } else {
+                _mm512_storeu_ps(a, f);
+            }
+        }
     }
 }
 

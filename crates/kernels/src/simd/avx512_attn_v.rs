@@ -132,10 +132,10 @@ unsafe fn sum_chunks(
     let zeros: Bounds = [[_mm512_setzero_ps(); SUB]; MAX_BLOCKS];
     let (mut shared, mut own) = (zeros, zeros);
     let (mut shared_max, mut own_max) = ([0.0f32; MAX_BLOCKS], [0.0f32; MAX_BLOCKS]);
+    // Each V block's scales per quarter of the chunk (blocks past `nb`,
+    // half a last slice, keep scale 0).
+    let mut raw = [[_mm512_setzero_ps(); SUB]; MAX_BLOCKS];
     for p0 in (start / V_CHUNK * V_CHUNK..n_last).step_by(V_CHUNK) {
-        // Each V block's scales per quarter (blocks past `nb`, half a last
-        // slice, keep scale 0).
-        let mut raw = [[_mm512_setzero_ps(); SUB]; MAX_BLOCKS];
         for h in 0..SUB {
             let q0 = p0 + h * LANES;
             head.rows(v, q0, n_last, &zero, &mut wide, &mut ptr);
@@ -157,22 +157,21 @@ unsafe fn sum_chunks(
             &mut shared_max,
         );
         let chunk_end = (p0 + V_CHUNK).min(n_last);
+        let chunk_mask = seen_mask(p0, p0, chunk_end);
         for r0 in (0..rows).step_by(ROWS) {
             let n = (rows - r0).min(ROWS);
             let mut scale = [[0.0f32; MAX_BLOCKS]; ROWS];
             for (i, (wr, sr)) in wq.iter_mut().zip(scale.iter_mut()).take(n).enumerate() {
                 let (lo, hi) = seen[r0 + i];
                 let (lo, hi) = (lo.max(p0), hi.min(chunk_end).min(w));
-                let mask: [__mmask16; SUB] = std::array::from_fn(|h| {
-                    let q0 = p0 + h * LANES;
-                    let bits = |p: usize| (1u32 << p.saturating_sub(q0).min(LANES)) - 1;
-                    (bits(hi) & !bits(lo)) as u16
-                });
-                let (dvs, dmax) = if (lo, hi) == (p0, chunk_end) {
-                    (&shared, &shared_max)
+                // A row that sees the whole chunk (every row of a decode
+                // step) takes the chunk's mask and bounds.
+                let (mask, dvs, dmax) = if (lo, hi) == (p0, chunk_end) {
+                    (chunk_mask, &shared, &shared_max)
                 } else {
+                    let mask = seen_mask(p0, lo, hi);
                     bounds(&raw[..2 * nz], &mask, &mut own, &mut own_max);
-                    (&own, &own_max)
+                    (mask, &own, &own_max)
                 };
                 let row = &probs[(r0 + i) * w..];
                 // SAFETY: `mask` keeps every load inside the row.
@@ -190,6 +189,15 @@ unsafe fn sum_chunks(
             }
         }
     }
+}
+
+/// Positions `lo..hi` of the chunk at `p0`, per sixteen-position quarter.
+fn seen_mask(p0: usize, lo: usize, hi: usize) -> [__mmask16; SUB] {
+    std::array::from_fn(|h| {
+        let q0 = p0 + h * LANES;
+        let bits = |p: usize| (1u32 << p.saturating_sub(q0).min(LANES)) - 1;
+        (bits(hi) & !bits(lo)) as u16
+    })
 }
 
 /// Per V block of `raw`: into `dvs`, its scales on the lanes of `mask`
