@@ -159,6 +159,35 @@ pub(super) fn exp16(x: __m512) -> __m512 {
     _mm512_mul_ps(y, _mm512_castsi512_ps(pow2))
 }
 
+/// [`exp16`] of `x <= 0` (a softmax's `s - max`): the same reduction and
+/// polynomial with `2^n` applied by `vscalefps` (no upper clamp, no
+/// exponent arithmetic in integers: four instructions fewer), so the same
+/// bits wherever the result is a normal float; below that (`x < -87.3`,
+/// a weight under 1e-38 of the row's largest) a denormal or 0 where
+/// [`exp16`] gives 0.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) fn exp16_neg(x: __m512) -> __m512 {
+    use super::exp_poly::*;
+    // Far below any weight that counts (`2^n` underflows to 0 from here),
+    // while `r` stays exact (`-inf` would make it a NaN).
+    let x = _mm512_max_ps(x, _mm512_set1_ps(-2.0 * EXP_MAX));
+    let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+        _mm512_mul_ps(x, _mm512_set1_ps(std::f32::consts::LOG2_E)),
+    );
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HI), x);
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_LO), r);
+    let mut p = _mm512_set1_ps(P0);
+    for c in P {
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+    }
+    let y = _mm512_add_ps(
+        _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r),
+        _mm512_set1_ps(1.0),
+    );
+    _mm512_scalef_ps(y, n)
+}
+
 /// Quantizes activations to Q8_0 blocks (`x.len()` a multiple of 32), bit
 /// for bit as the scalar reference.
 pub fn quantize_q8_0(x: &[f32], out: &mut [u8]) {
@@ -290,4 +319,42 @@ unsafe fn dpbusd_loop_impl(iters: usize) -> i32 {
     }
     acc.iter()
         .fold(0i32, |t, s| t.wrapping_add(_mm512_reduce_add_epi32(*s)))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::arch::x86_64::*;
+
+    /// `exp16_neg` gives `exp16`'s bits over a softmax's range wherever the
+    /// result is a normal float, something below 1e-37 further down, and 0
+    /// at `-inf`.
+    #[test]
+    fn exp16_neg_is_exp16_for_weights() {
+        if !crate::cpu::tiers().contains(&crate::cpu::Isa::Avx512) {
+            return;
+        }
+        let mut xs: Vec<f32> = (0..200_000).map(|i| -(i as f32) * 4.4e-4).collect();
+        xs.extend([
+            0.0, -0.0, -1e-30, -87.0, -87.3, -87.4, -88.0, -100.0, -1e4, -1e38,
+        ]);
+        xs.push(f32::NEG_INFINITY);
+        for c in xs.chunks(16) {
+            let mut x = [0.0f32; 16];
+            x[..c.len()].copy_from_slice(c);
+            let (mut a, mut b) = ([0.0f32; 16], [0.0f32; 16]);
+            // SAFETY: AVX-512 detected above; 16 floats each.
+            unsafe {
+                let v = _mm512_loadu_ps(x.as_ptr());
+                _mm512_storeu_ps(a.as_mut_ptr(), super::exp16(v));
+                _mm512_storeu_ps(b.as_mut_ptr(), super::exp16_neg(v));
+            }
+            for ((&x, &a), &b) in x.iter().zip(&a).zip(&b) {
+                if a.is_normal() || a == 1.0 {
+                    assert_eq!(a.to_bits(), b.to_bits(), "exp({x}): {a} vs {b}");
+                } else {
+                    assert!(b >= 0.0 && b < 1e-37, "exp({x}): {a} vs {b}");
+                }
+            }
+        }
+    }
 }

@@ -460,7 +460,7 @@ unsafe fn softmax_rows(
     mut lse: Option<&mut [f32]>,
     norm: &mut [f32],
 ) {
-    use super::avx512::exp16;
+    use super::avx512::exp16_neg;
     let n_last = view.visible_end(n_ctx + t - 1);
     let w = n_last.next_multiple_of(8);
     for r in 0..t * g {
@@ -496,13 +496,13 @@ unsafe fn softmax_rows(
         // SAFETY: as above.
         unsafe {
             for i in (0..body).step_by(16) {
-                let e = exp16(_mm512_sub_ps(_mm512_loadu_ps(x.as_ptr().add(i)), mv));
+                let e = exp16_neg(_mm512_sub_ps(_mm512_loadu_ps(x.as_ptr().add(i)), mv));
                 sum = _mm512_add_ps(sum, e);
                 _mm512_storeu_ps(x.as_mut_ptr().add(i), e);
             }
             if tail > 0 {
                 let v = _mm512_mask_loadu_ps(ninf, tail_mask, x.as_ptr().add(body));
-                let e = _mm512_maskz_mov_ps(tail_mask, exp16(_mm512_sub_ps(v, mv)));
+                let e = _mm512_maskz_mov_ps(tail_mask, exp16_neg(_mm512_sub_ps(v, mv)));
                 sum = _mm512_add_ps(sum, e);
                 _mm512_mask_storeu_ps(x.as_mut_ptr().add(body), tail_mask, e);
             }
