@@ -13,8 +13,11 @@ use std::arch::x86_64::*;
 pub(super) const LANES: usize = CHUNK;
 /// Longest cache row handled (the tile's widest head, 256 values).
 pub(super) const MAX_ROW: usize = 256 / QK * BLOCK_BYTES;
-/// Positions ahead of the pass whose rows are prefetched.
-const PREFETCH_AHEAD: usize = 4 * LANES;
+/// Positions ahead of the pass whose rows are prefetched: two groups of
+/// sixteen (a 16k decode attention step on the 2-vCPU AMX Xeon, two
+/// threads: 17.1 ms streamed against 18.5 at four groups and 18.8 at
+/// none; `BENCHMARKS.md`).
+const PREFETCH_AHEAD: usize = 2 * LANES;
 
 /// One KV head's rows in the pool, worked out once per kernel call
 /// ([`crate::rows::PagedKv::row_index`] divides to count the pool's blocks
