@@ -128,11 +128,12 @@ pub(crate) unsafe fn scores_q8(
             unsafe {
                 match (pair, first, last) {
                     (true, true, true) => score_rows::<true, true, true>(rows, kt, rs, out),
-                    (false, true, true) => score_rows::<false, true, true>(rows, kt, rs, out),
                     (true, true, false) => score_rows::<true, true, false>(rows, kt, rs, out),
                     (true, false, false) => score_rows::<true, false, false>(rows, kt, rs, out),
                     (true, false, true) => score_rows::<true, false, true>(rows, kt, rs, out),
-                    (false, _, _) => score_rows::<false, false, true>(rows, kt, rs, out),
+                    // No pair: the head's odd last block, so the last.
+                    (false, true, _) => score_rows::<false, true, true>(rows, kt, rs, out),
+                    (false, false, _) => score_rows::<false, false, true>(rows, kt, rs, out),
                 }
             }
         }
@@ -200,7 +201,9 @@ unsafe fn score_rows<const PAIR: bool, const FIRST: bool, const LAST: bool>(
         // `d` of blocks b0 (and b0 + 1), `qd[o]`, `neg[o]` (and their `+ 1`)
         // inside the row.
         let qb = unsafe { q.as_ptr().add(r * hd + b0 * QK) } as *const i32;
+        // SAFETY: dwords 0-7 (block b0) and 8-15 (block b0 + 1) of the row.
         let qw = |d: usize| _mm512_set1_epi32(unsafe { qb.add(d).read_unaligned() });
+        // SAFETY: block b0 of row `r` (the caller's contract).
         let (n0, d0) = unsafe { (*neg.get_unchecked(o), *qd.get_unchecked(o)) };
         let mut c = [n0, zero];
         for d in 0..4 {
@@ -210,6 +213,7 @@ unsafe fn score_rows<const PAIR: bool, const FIRST: bool, const LAST: bool>(
         let s0 = _mm512_mul_ps(dk0, _mm512_set1_ps(d0));
         let mut f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(c[0], c[1])), s0);
         if PAIR {
+            // SAFETY: block b0 + 1 of row `r` (a pair's second block).
             let (n1, d1) = unsafe { (*neg.get_unchecked(o + 1), *qd.get_unchecked(o + 1)) };
             let mut c = [n1, zero];
             for d in 0..4 {
