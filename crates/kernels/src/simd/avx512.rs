@@ -134,24 +134,12 @@ unsafe fn gelu_mul16(g: &mut [f32; 16], u: &[f32; 16]) {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(super) fn exp16(x: __m512) -> __m512 {
-    use super::exp_poly::*;
+    use super::exp_poly::EXP_MAX;
     let x = _mm512_min_ps(
         _mm512_max_ps(x, _mm512_set1_ps(-EXP_MAX)),
         _mm512_set1_ps(EXP_MAX),
     );
-    let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
-        _mm512_mul_ps(x, _mm512_set1_ps(std::f32::consts::LOG2_E)),
-    );
-    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HI), x);
-    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_LO), r);
-    let mut p = _mm512_set1_ps(P0);
-    for c in P {
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
-    }
-    let y = _mm512_add_ps(
-        _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r),
-        _mm512_set1_ps(1.0),
-    );
+    let (n, y) = exp_parts(x);
     let pow2 = _mm512_slli_epi32::<23>(_mm512_add_epi32(
         _mm512_cvtps_epi32(n),
         _mm512_set1_epi32(127),
@@ -168,10 +156,20 @@ pub(super) fn exp16(x: __m512) -> __m512 {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(super) fn exp16_neg(x: __m512) -> __m512 {
-    use super::exp_poly::*;
+    use super::exp_poly::EXP_MAX;
     // Far below any weight that counts (`2^n` underflows to 0 from here),
     // while `r` stays exact (`-inf` would make it a NaN).
-    let x = _mm512_max_ps(x, _mm512_set1_ps(-2.0 * EXP_MAX));
+    let (n, y) = exp_parts(_mm512_max_ps(x, _mm512_set1_ps(-2.0 * EXP_MAX)));
+    _mm512_scalef_ps(y, n)
+}
+
+/// The range reduction and polynomial both exps share: `n = round(x log2
+/// e)` and `exp(x - n ln 2)` (with ln 2 split in two, as
+/// [`super::exp_poly`] says).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn exp_parts(x: __m512) -> (__m512, __m512) {
+    use super::exp_poly::*;
     let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
         _mm512_mul_ps(x, _mm512_set1_ps(std::f32::consts::LOG2_E)),
     );
@@ -185,7 +183,7 @@ pub(super) fn exp16_neg(x: __m512) -> __m512 {
         _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r),
         _mm512_set1_ps(1.0),
     );
-    _mm512_scalef_ps(y, n)
+    (n, y)
 }
 
 /// Quantizes activations to Q8_0 blocks (`x.len()` a multiple of 32), bit

@@ -197,9 +197,8 @@ unsafe fn score_rows<const PAIR: bool, const FIRST: bool, const LAST: bool>(
     let zero = _mm512_setzero_si512();
     for r in 0..rows {
         let o = r * nb + b0;
-        // SAFETY (the loads of this row): the caller's contract puts dword
-        // `d` of blocks b0 (and b0 + 1), `qd[o]`, `neg[o]` (and their `+ 1`)
-        // inside the row.
+        // SAFETY: row `r`'s block b0 lies inside `q` (the caller's
+        // contract: `rows` rows of `hd`).
         let qb = unsafe { q.as_ptr().add(r * hd + b0 * QK) } as *const i32;
         // SAFETY: dwords 0-7 (block b0) and 8-15 (block b0 + 1) of the row.
         let qw = |d: usize| _mm512_set1_epi32(unsafe { qb.add(d).read_unaligned() });
